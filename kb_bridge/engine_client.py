@@ -1,0 +1,376 @@
+"""EngineClient: every call the bridge makes to a kb engine (../shared/engine-api.md).
+
+One `requests.Session` (pooled connections) per process, the engine key on every request,
+the retry policy from `kb_bridge.retry`, and the single translation of transport failures and
+engine error responses into the `kb_bridge.errors` hierarchy. Methods return the engine's
+JSON as dicts; shaping it for agents is the presenters' job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
+
+from kb_bridge import __version__
+from kb_bridge.errors import (
+    Conflict,
+    EngineAuthFailed,
+    EngineBadResponse,
+    EngineBusy,
+    EngineConnectFailed,
+    EngineFailure,
+    EngineServerError,
+    EngineTimeout,
+    EngineUnavailable,
+    InvalidArgument,
+    KbError,
+    NeverSent,
+    NotANote,
+    NotFound,
+    OutcomeUnknown,
+    Retryable,
+    TooLarge,
+    UnsupportedType,
+)
+from kb_bridge.multipart import MultipartBody, ProgressFn
+from kb_bridge.retry import RetryPolicy
+from kb_bridge.settings import EngineSettings
+
+logger = logging.getLogger(__name__)
+
+API = "/api/v1"
+# Engine messages are passed on only for the caller's own mistakes (400/409/422), cut short
+# and stripped of control characters: enough to fix the call, never a dump.
+_MAX_ENGINE_MESSAGE = 300
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+RequestObserver = Callable[[str, str, float], None]
+"""(endpoint template, outcome: HTTP status or error code, seconds) after every attempt."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One logical engine request (possibly several attempts)."""
+
+    method: str
+    path: str
+    endpoint: str  # the path template, for logs and metrics: "GET /api/v1/documents/{id}"
+    what: str  # what the path names, for NOT_FOUND messages: "document 42"
+    safe: bool  # may be retried after it reached the engine
+    params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None
+    json: Any = None
+    headers: Mapping[str, str] | None = None
+    timeout: float | None = None
+    expect_body: bool = True
+
+
+def segment(value: object) -> str:
+    """One URL path segment, with everything that could end or escape it percent-encoded."""
+    return quote(str(value), safe="")
+
+
+class EngineClient:
+    """Synchronous, thread-safe client for the kb engine HTTP API."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        session: requests.Session | None = None,
+        retry: RetryPolicy | None = None,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self.settings = settings
+        self._base = settings.url
+        self._retry = retry or RetryPolicy(settings)
+        self._observer = observer
+        self._session = session or self._new_session(settings)
+
+    @staticmethod
+    def _new_session(settings: EngineSettings) -> requests.Session:
+        session = requests.Session()
+        # Retries belong to RetryPolicy alone; the adapter's own must stay off.
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=settings.pool_size, max_retries=0)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        session.headers["User-Agent"] = f"kb-bridge/{__version__}"
+        session.headers["Accept"] = "application/json"
+        # Proxies from the environment would silently reroute engine traffic.
+        session.trust_env = False
+        if settings.api_key is not None:
+            session.headers["Authorization"] = f"Bearer {settings.api_key.reveal()}"
+        return session
+
+    def close(self) -> None:
+        self._session.close()
+
+    # --- endpoints ------------------------------------------------------------------------
+
+    def healthz(self) -> dict[str, Any]:
+        return self._json(Call("GET", "/healthz", "GET /healthz", "engine health", safe=True))
+
+    def status(self, timeout: float | None = None, retry: bool = True) -> dict[str, Any]:
+        call = Call("GET", f"{API}/status", "GET /status", "engine status", safe=True, timeout=timeout)
+        # Probes (readiness, `kb-bridge check`) want one quick answer, not the retry budget.
+        return self._json(call) if retry else self._parse(self._send(call), call)
+
+    def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        # Search changes nothing, so it is as safe to repeat as a GET.
+        return self._json(Call("POST", f"{API}/search", "POST /search", "search", safe=True, json=dict(body)))
+
+    def create_note_job(self, body: Mapping[str, Any], idempotency_key: str) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key}
+        call = Call("POST", f"{API}/jobs", "POST /jobs", "note", safe=True, json=dict(body), headers=headers)
+        return self._json(call)
+
+    def upload_file_job(
+        self,
+        filename: str,
+        size: int,
+        chunks: Callable[[], Iterable[bytes]],
+        fields: Sequence[tuple[str, str]],
+        idempotency_key: str,
+        progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        """Stream a staged file to the engine as multipart; `chunks()` is called once per attempt."""
+
+        def attempt() -> dict[str, Any]:
+            body = MultipartBody(fields, filename, size, chunks, progress=progress)
+            headers = {"Idempotency-Key": idempotency_key, "Content-Type": body.content_type}
+            call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True, headers=headers)
+            return self._parse(self._send(call, data=body, timeout=self.settings.upload_timeout), call)
+
+        return self._run(attempt, safe=True)
+
+    def list_jobs(self, status: str | None, limit: int, offset: int = 0) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if status:
+            params["status"] = status
+        return self._json(Call("GET", f"{API}/jobs", "GET /jobs", "jobs", safe=True, params=params))
+
+    def get_job(self, job_id: int) -> dict[str, Any]:
+        path = f"{API}/jobs/{segment(job_id)}"
+        return self._json(Call("GET", path, "GET /jobs/{id}", f"job {job_id}", safe=True))
+
+    def list_documents(self, params: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+        return self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", safe=True, params=params))
+
+    def get_document(self, document_id: int) -> dict[str, Any]:
+        path = f"{API}/documents/{segment(document_id)}"
+        return self._json(Call("GET", path, "GET /documents/{id}", f"document {document_id}", safe=True))
+
+    def delete_document(self, document_id: int) -> None:
+        # DELETE is idempotent by definition: a repeat finds nothing and says 404.
+        path = f"{API}/documents/{segment(document_id)}"
+        what = f"document {document_id}"
+        self._run(lambda: self._send(Call("DELETE", path, "DELETE /documents/{id}", what, safe=True)), safe=True)
+
+    def patch_note(self, document_id: int, body: Mapping[str, Any], if_match: int | None) -> dict[str, Any]:
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        path = f"{API}/notes/{segment(document_id)}"
+        # Without If-Match a repeat could overwrite someone else's change made in between.
+        call = Call(
+            "PATCH", path, "PATCH /notes/{id}", f"document {document_id}", safe=if_match is not None,
+            json=dict(body), headers=headers,
+        )
+        return self._json(call)
+
+    def add_tags(self, document_id: int, tags: Sequence[str]) -> dict[str, Any]:
+        path = f"{API}/documents/{segment(document_id)}/tags"
+        call = Call("POST", path, "POST /documents/{id}/tags", f"document {document_id}", safe=True, json={"tags": list(tags)})
+        return self._json(call)
+
+    def remove_tag(self, document_id: int, tag: str) -> dict[str, Any]:
+        path = f"{API}/documents/{segment(document_id)}/tags/{segment(tag)}"
+        call = Call("DELETE", path, "DELETE /documents/{id}/tags/{tag}", f"document {document_id}", safe=True)
+        return self._json(call)
+
+    def list_tags(self, prefix: str | None = None) -> dict[str, Any]:
+        params = {"prefix": prefix} if prefix else None
+        return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", safe=True, params=params))
+
+    def get_chunk(self, chunk_id: int) -> dict[str, Any]:
+        path = f"{API}/chunks/{segment(chunk_id)}"
+        return self._json(Call("GET", path, "GET /chunks/{id}", f"chunk {chunk_id}", safe=True))
+
+    def related_chunks(self, chunk_id: int, top_n: int, same_document: bool = False) -> dict[str, Any]:
+        path = f"{API}/chunks/{segment(chunk_id)}/related"
+        params: dict[str, Any] = {"top_n": top_n}
+        if same_document:
+            params["same_document"] = "true"
+        return self._json(Call("GET", path, "GET /chunks/{id}/related", f"chunk {chunk_id}", safe=True, params=params))
+
+    # --- the machinery ----------------------------------------------------------------------
+
+    def _json(self, call: Call) -> dict[str, Any]:
+        return self._run(lambda: self._parse(self._send(call), call), safe=call.safe)
+
+    def _run(self, attempt: Callable[[], Any], *, safe: bool) -> Any:
+        try:
+            return self._retry.run(attempt, safe=safe)
+        except KbError as exc:
+            if not safe and isinstance(exc, Retryable) and not isinstance(exc, NeverSent):
+                # The request may have reached the engine and was not confirmed: say so.
+                raise OutcomeUnknown() from exc
+            raise
+
+    def _send(self, call: Call, data: Any = None, timeout: float | None = None) -> requests.Response:
+        """One attempt: send, translate transport errors, check the status, read the body."""
+        read_timeout = timeout or call.timeout or self.settings.read_timeout
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            response = self._session.request(
+                call.method,
+                self._base + call.path,
+                params=call.params,
+                json=call.json,
+                data=data,
+                headers=call.headers,
+                timeout=(self.settings.connect_timeout, read_timeout),
+                stream=True,
+                allow_redirects=False,
+            )
+            outcome = str(response.status_code)
+            try:
+                response._content = self._read_capped(response)  # noqa: SLF001 - cached for .json()
+            finally:
+                response.close()
+        except requests.exceptions.ConnectTimeout:
+            outcome = "connect_timeout"
+            raise EngineConnectFailed("the kb engine is unreachable (connection timed out)") from None
+        except requests.exceptions.ConnectionError as exc:
+            cause = _root_cause(exc)
+            if isinstance(cause, ReadTimeoutError):
+                outcome = "timeout"
+                raise EngineTimeout() from None
+            outcome = "connect_error"
+            if isinstance(cause, NewConnectionError):
+                raise EngineConnectFailed() from None
+            raise EngineUnavailable("the connection to the kb engine broke during the request") from None
+        except requests.exceptions.Timeout:
+            outcome = "timeout"
+            raise EngineTimeout() from None
+        except requests.exceptions.ChunkedEncodingError:
+            outcome = "broken_response"
+            raise EngineUnavailable("the connection to the kb engine broke during the response") from None
+        except requests.exceptions.RequestException:
+            outcome = "request_error"
+            raise EngineFailure("the request to the kb engine could not be made") from None
+        finally:
+            if self._observer is not None:
+                self._observer(call.endpoint, outcome, time.perf_counter() - started)
+        if response.status_code >= 400:
+            raise self._error_for(response, call)
+        return response
+
+    def _read_capped(self, response: requests.Response) -> bytes:
+        cap = self.settings.max_response_bytes
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise EngineBadResponse("the kb engine's response was larger than allowed")
+        body = bytearray()
+        for piece in response.iter_content(64 * 1024):
+            body += piece
+            if len(body) > cap:
+                raise EngineBadResponse("the kb engine's response was larger than allowed")
+        return bytes(body)
+
+    def _parse(self, response: requests.Response, call: Call) -> dict[str, Any]:
+        if not call.expect_body or response.status_code == 204:
+            return {}
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            raise EngineBadResponse() from None
+        if not isinstance(data, dict):
+            raise EngineBadResponse()
+        return data
+
+    def _error_for(self, response: requests.Response, call: Call) -> KbError:
+        status = response.status_code
+        code, message = _engine_error(response.content)
+        if status in (401, 403):
+            return EngineAuthFailed()
+        if status == 404:
+            return NotFound(f"{call.what} not found")
+        if status == 409:
+            if code == "not_a_note":
+                return NotANote()
+            return Conflict(self._clean(message) or "the engine reported a conflict")
+        if status == 412:
+            return Conflict("the document changed since the version you expected", reason="version_mismatch")
+        if status == 413:
+            return TooLarge("the engine refused the content as too large")
+        if status == 415:
+            return UnsupportedType()
+        if status in (400, 422):
+            return InvalidArgument("", "the engine rejected the request: " + (self._clean(message) or "invalid input"))
+        if status == 429 or status in (502, 503, 504):
+            return EngineBusy(retry_after=_retry_after(response.headers.get("Retry-After")))
+        if status >= 500:
+            return EngineServerError()
+        return EngineFailure(f"the kb engine answered with an unexpected status {status}")
+
+    def _clean(self, message: str | None) -> str:
+        if not message:
+            return ""
+        text = _CONTROL.sub(" ", message)[:_MAX_ENGINE_MESSAGE]
+        key = self.settings.api_key
+        if key is not None and key.reveal():
+            text = text.replace(key.reveal(), "***")
+        return text.strip()
+
+
+def _engine_error(body: bytes) -> tuple[str | None, str | None]:
+    """(code, message) from either engine error shape; (None, None) when unreadable."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    error = data.get("error")
+    if isinstance(error, dict):
+        code, message = error.get("code"), error.get("message")
+        return (code if isinstance(code, str) else None, message if isinstance(message, str) else None)
+    detail = data.get("detail")
+    if isinstance(detail, str):
+        return None, detail
+    if isinstance(detail, list):
+        # FastAPI style: [{"loc": ["body", "query"], "msg": "..."}]
+        parts = []
+        for item in detail[:5]:
+            if isinstance(item, dict):
+                loc = ".".join(str(p) for p in item.get("loc", []) if p != "body")
+                parts.append(f"{loc}: {item.get('msg', '')}" if loc else str(item.get("msg", "")))
+        return None, "; ".join(parts) or None
+    return None, None
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds form; an HTTP date is ignored)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def _root_cause(exc: requests.exceptions.ConnectionError) -> BaseException | None:
+    """The urllib3 error under a requests ConnectionError (requests wraps it in MaxRetryError)."""
+    cause = exc.args[0] if exc.args else None
+    if isinstance(cause, MaxRetryError):
+        cause = cause.reason
+    return cause if isinstance(cause, BaseException) else None

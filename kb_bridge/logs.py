@@ -1,0 +1,54 @@
+"""Logging configuration, applied only where a process starts (CLI, gunicorn config).
+
+One line of JSON per event on stderr (stdout belongs to the stdio transport): time, level,
+logger, message, and the structured fields a call site passes in `extra` (event, tool,
+caller, duration_ms, outcome, code, ...). Call sites never pass note text or file bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+# Attributes every LogRecord has; anything else on a record came from `extra`.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        extras = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+        return f"{text} {json.dumps(extras, default=str)}" if extras else text
+
+
+def configure_logging(level: str = "INFO", as_json: bool = True) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # The SDK logs every request at INFO; keep it for DEBUG.
+    for noisy in ("mcp", "httpx", "httpx2", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

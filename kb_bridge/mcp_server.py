@@ -1,0 +1,181 @@
+"""The MCP layer: a low-level `mcp` Server whose tool calls run the sync handlers on a bounded
+thread pool. The only module (with app.py and stdio.py) that imports `mcp`.
+
+Here, once, arguments are validated against the tool's input schema, `KbError`s become
+`is_error` results with a stable code, and unexpected exceptions are logged with their
+traceback and reported as INTERNAL_ERROR without any detail.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import mcp_types as types
+from asgiref.sync import async_to_sync, sync_to_async
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from kb_bridge import __version__, tools
+from kb_bridge.errors import KbError
+from kb_bridge.runtime import Bridge
+from kb_bridge.tools.spec import ProgressFn, ToolContext, ToolSpec, no_progress
+from kb_bridge.validation import ArgumentValidator
+
+logger = logging.getLogger(__name__)
+
+CALLER_SCOPE_KEY = "kb.caller"
+LOCAL_CALLER = "local"
+
+INSTRUCTIONS = (
+    "A knowledge base of documents and agent memory, separated by collections "
+    "(documents: the user's files and notes; memory: what you learn about the user and the work). "
+    "Search before answering from memory; save durable facts with kb_addnote collection=memory; "
+    "update a stale note with kb_update_note rather than adding a duplicate."
+)
+
+
+def to_mcp_tool(spec: ToolSpec) -> types.Tool:
+    return types.Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
+        annotations=types.ToolAnnotations(
+            title=spec.title,
+            read_only_hint=spec.read_only,
+            destructive_hint=spec.destructive,
+            idempotent_hint=spec.idempotent,
+            open_world_hint=False,
+        ),
+    )
+
+
+def error_result(error: KbError) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"{error.code}: {error.message}")],
+        structured_content={"error": error.to_dict()},
+        is_error=True,
+    )
+
+
+def caller_of(ctx: ServerRequestContext[Any, Any]) -> str:
+    """The id the auth middleware put on the HTTP request; stdio and in-process calls are local."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        return str(scope.get(CALLER_SCOPE_KEY, LOCAL_CALLER))
+    return LOCAL_CALLER
+
+
+def _progress_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
+    meta = ctx.meta or {}
+    return meta.get("progress_token") is not None or meta.get("progressToken") is not None
+
+
+class ToolDispatcher:
+    """tools/list and tools/call over one list of ToolSpecs."""
+
+    def __init__(self, bridge: Bridge, specs: list[ToolSpec]) -> None:
+        self._bridge = bridge
+        self._specs = {spec.name: spec for spec in specs}
+        # Built once: schemas compile once, and tools/list is a constant answer.
+        self._validators = {spec.name: ArgumentValidator(spec.input_schema) for spec in specs}
+        self._listing = types.ListToolsResult(tools=[to_mcp_tool(spec) for spec in specs])
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        spec = self._specs.get(name)
+        return spec.input_schema if spec else None
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return self._listing
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        spec = self._specs.get(params.name)
+        if spec is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
+        caller = caller_of(ctx)
+        started = time.perf_counter()
+        logger.info("mcp_tool_invoke", extra={"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller})
+        try:
+            arguments = params.arguments if params.arguments is not None else {}
+            self._validators[spec.name].check(arguments)
+            tool_ctx = ToolContext(
+                engine=self._bridge.engine,
+                uploads=self._bridge.uploads,
+                settings=self._bridge.settings,
+                caller=caller,
+                progress=self._progress_sink(ctx),
+            )
+            result = await sync_to_async(spec.handler, thread_sensitive=False, executor=self._bridge.executor)(
+                tool_ctx, dict(arguments)
+            )
+            text = spec.render(result)
+        except KbError as exc:
+            self._log_outcome(spec.name, caller, started, exc.code)
+            return error_result(exc)
+        except Exception:
+            logger.exception("tool %s failed unexpectedly", spec.name)
+            self._log_outcome(spec.name, caller, started, "INTERNAL_ERROR")
+            return error_result(KbError("an internal error occurred; it has been logged"))
+        self._log_outcome(spec.name, caller, started, "ok", result)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=result)
+
+    def _progress_sink(self, ctx: ServerRequestContext[Any, Any]) -> ProgressFn:
+        if not _progress_requested(ctx):
+            return no_progress
+        report = async_to_sync(ctx.session.report_progress)
+
+        def progress(value: float, total: float | None = None, message: str | None = None) -> None:
+            try:
+                report(value, total, message)
+            except Exception:  # a client that went away must not fail the work itself
+                logger.debug("progress notification could not be sent", exc_info=True)
+
+        return progress
+
+    def _log_outcome(
+        self, tool: str, caller: str, started: float, outcome: str, result: dict[str, Any] | None = None
+    ) -> None:
+        duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        fields: dict[str, Any] = {"tool": tool, "caller": caller, "duration_ms": duration_ms, "outcome": outcome}
+        if outcome == "ok":
+            fields["event"] = "mcp_tool_success"
+            fields["result_count"] = _result_count(result or {})
+            logger.info("mcp_tool_success", extra=fields)
+        else:
+            fields["event"] = "mcp_tool_error"
+            fields["code"] = outcome
+            logger.warning("mcp_tool_error", extra=fields)
+        self._bridge.metrics.tool_call(tool, outcome, duration_ms / 1000)
+
+
+def _result_count(result: dict[str, Any]) -> int:
+    for key in ("results", "documents", "jobs"):
+        if isinstance(result.get(key), list):
+            return len(result[key])
+    return 1
+
+
+def build_server(bridge: Bridge) -> Server[Any]:
+    """The MCP server for this bridge: tools selected from settings; the bridge's resources live
+    as long as the server runs (its lifespan)."""
+    dispatcher = ToolDispatcher(bridge, tools.select(bridge.settings.mcp))
+    server: Server[Any] = Server(
+        "kb-bridge",
+        version=__version__,
+        title="kb-bridge",
+        instructions=INSTRUCTIONS,
+        lifespan=bridge.lifespan,
+        get_tool_input_schema=dispatcher.input_schema,
+        on_list_tools=dispatcher.list_tools,
+        on_call_tool=dispatcher.call_tool,
+    )
+    return server

@@ -1,0 +1,76 @@
+"""The Bridge: the long-lived parts one process shares (engine client, upload store, thread pool,
+sweeper, metrics), built from settings and started and stopped by the server's lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio.to_thread
+
+from kb_bridge.engine_client import EngineClient
+from kb_bridge.metrics import Metrics
+from kb_bridge.settings import Settings
+from kb_bridge.uploads.directory import DirectoryStore
+from kb_bridge.uploads.store import UploadStore
+from kb_bridge.uploads.sweeper import Sweeper
+
+logger = logging.getLogger(__name__)
+
+
+def make_upload_store(settings: Settings) -> UploadStore:
+    if settings.uploads.store_url is not None:
+        from kb_bridge.uploads.redis_store import RedisStore  # optional extra: imported only when configured
+
+        return RedisStore.from_url(settings.uploads.store_url)
+    return DirectoryStore(settings.uploads.dir)
+
+
+class Bridge:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: EngineClient | None = None,
+        uploads: UploadStore | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.engine = engine or EngineClient(settings.engine, observer=self.metrics.engine_request)
+        self.uploads = uploads or make_upload_store(settings)
+        self._executor: ThreadPoolExecutor | None = None
+        self._sweeper = Sweeper(self.uploads, settings.uploads.ttl_seconds, settings.uploads.sweep_interval)
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            raise RuntimeError("the bridge is not running (enter its lifespan first)")
+        return self._executor
+
+    def start(self) -> None:
+        if self._executor is None:
+            # Bounded: at most this many tool calls run at once per process; the rest wait their turn.
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.settings.mcp.thread_pool_size, thread_name_prefix="kb-tool"
+            )
+            self._sweeper.start()
+
+    def stop(self) -> None:
+        self._sweeper.stop()
+        if self._executor is not None:
+            # In-flight calls finish; the HTTP server stopped sending new ones before this.
+            self._executor.shutdown(wait=True, cancel_futures=False)
+            self._executor = None
+        self.engine.close()
+
+    @asynccontextmanager
+    async def lifespan(self, _server: Any) -> AsyncIterator[dict[str, Any]]:
+        self.start()
+        try:
+            yield {"bridge": self}
+        finally:
+            # Off the event loop: in-flight handlers may still need it (progress notifications).
+            await anyio.to_thread.run_sync(self.stop)

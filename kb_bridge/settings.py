@@ -1,0 +1,332 @@
+"""The one reader of the environment: every setting kb-bridge uses, validated at load.
+
+`load_settings(environ)` is the only place that looks at environment variables. Everything
+else receives a `Settings` object; tests build one directly with `Settings(...)` or
+`load_settings({...})`. A bad value raises `SettingsError` naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from kb_bridge.errors import SettingsError
+
+T = TypeVar("T")
+
+MIB = 1024 * 1024
+
+# Hosts and origins a loopback-bound bridge accepts by default (DNS-rebinding guard).
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]")
+LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class Secret:
+    """A string that never shows itself in a repr, a log line or an f-string by accident."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the bridge reaches the kb engine."""
+
+    url: str = "http://127.0.0.1:8000"
+    api_key: Secret | None = None
+    connect_timeout: float = 3.0
+    read_timeout: float = 30.0
+    # Streaming a large file to the engine takes longer than any JSON call.
+    upload_timeout: float = 600.0
+    # Total attempts per call (1 = no retries), backoff base and cap, and the cap on a
+    # Retry-After the engine asks for. Their product bounds the time one call can take.
+    retry_attempts: int = 3
+    retry_backoff: float = 0.25
+    retry_max_wait: float = 2.0
+    # Response bodies above this are refused rather than read into memory.
+    max_response_bytes: int = 64 * MIB
+    pool_size: int = 32
+
+    def safe_url(self) -> str:
+        """The engine URL without any user:password part, fit for logs and reports."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return f"{parts.scheme}://{netloc}{parts.path}"
+
+    def call_budget(self) -> float:
+        """Worst-case seconds one JSON engine call may take, retries and waits included."""
+        per_attempt = self.connect_timeout + self.read_timeout
+        return self.retry_attempts * per_attempt + (self.retry_attempts - 1) * self.retry_max_wait
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    """The MCP endpoint: auth, transport security, tool surface and concurrency."""
+
+    api_keys: tuple[Secret, ...] = ()
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
+    # SSE responses let long calls stream progress; JSON responses are a little cheaper.
+    json_response: bool = False
+    max_body_bytes: int = 4 * MIB
+    thread_pool_size: int = 32
+    tools: tuple[str, ...] | None = None
+    read_only: bool = False
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys)
+
+
+@dataclass(frozen=True)
+class UploadSettings:
+    """Chunked-upload staging."""
+
+    dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "kb-bridge-uploads"))
+    store_url: str | None = None
+    ttl_seconds: float = 600.0
+    max_bytes: int = 512 * MIB
+    # Decoded bytes per chunk; base64 grows it by 4/3, which must fit the MCP body limit.
+    max_chunk_bytes: int = 2 * MIB
+    # File types the engine indexes; checked at start so nobody uploads 500 MB for a 415.
+    extensions: tuple[str, ...] = ("txt", "md", "pdf", "html", "docx")
+    max_uploads_per_caller: int = 8
+    max_staged_bytes_per_caller: int = 1024 * MIB
+    sweep_interval: float = 60.0
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The HTTP server process (gunicorn)."""
+
+    bind: str = "127.0.0.1:8765"
+    workers: int = 2
+    log_level: str = "INFO"
+    log_json: bool = True
+    graceful_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    mcp: McpSettings = field(default_factory=McpSettings)
+    uploads: UploadSettings = field(default_factory=UploadSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+
+    def __post_init__(self) -> None:
+        _check_cross_field_rules(self)
+
+
+# --- parsing helpers ----------------------------------------------------------------------
+
+
+class _Env:
+    """Typed access to one environment mapping; every error names the variable."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def raw(self, name: str) -> str | None:
+        value = self._environ.get(name)
+        if value is None or value.strip() == "":
+            return None
+        return value.strip()
+
+    def get(self, name: str, default: T, parse: Callable[[str], T]) -> T:
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            return parse(value)
+        except (ValueError, TypeError) as exc:
+            raise SettingsError(name, str(exc)) from None
+
+    def str(self, name: str, default: str) -> str:
+        return self.get(name, default, str)
+
+    def int(self, name: str, default: int, low: int = 1, high: int | None = None) -> int:
+        return self.get(name, default, lambda v: _bounded(int(v), low, high))
+
+    def float(self, name: str, default: float, low: float = 0.0, high: float | None = None) -> float:
+        return self.get(name, default, lambda v: _bounded(float(v), low, high))
+
+    def bool(self, name: str, default: bool) -> bool:
+        return self.get(name, default, _parse_bool)
+
+    def list(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        return self.get(name, default, _parse_list)
+
+    def secret(self, name: str) -> Secret | None:
+        value = self.raw(name)
+        return Secret(value) if value is not None else None
+
+
+def _bounded(value: T, low: T, high: T | None) -> T:
+    if value < low:  # type: ignore[operator]
+        raise ValueError(f"must be at least {low}, got {value}")
+    if high is not None and value > high:  # type: ignore[operator]
+        raise ValueError(f"must be at most {high}, got {value}")
+    return value
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _parse_list(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _parse_engine_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an http:// or https:// URL with a host")
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query string or fragment")
+    return value.rstrip("/")
+
+
+def _parse_log_level(value: str) -> str:
+    upper = value.upper()
+    if upper not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}")
+    return upper
+
+
+def _parse_bind(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:8765")
+    return value
+
+
+def _parse_api_keys(value: str) -> tuple[Secret, ...]:
+    keys = tuple(Secret(k) for k in _parse_list(value))
+    for key in keys:
+        if len(key.reveal()) < 16:
+            raise ValueError("each key must be at least 16 characters (use `kb-bridge token` to make one)")
+        if not key.reveal().isascii() or any(c.isspace() for c in key.reveal()):
+            raise ValueError("keys must be printable ASCII without spaces")
+    return keys
+
+
+# --- the loader ---------------------------------------------------------------------------
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read every kb-bridge setting from `environ` (default: the process environment)."""
+    env = _Env(os.environ if environ is None else environ)
+    return Settings(
+        engine=_load_engine(env),
+        mcp=_load_mcp(env),
+        uploads=_load_uploads(env),
+        server=_load_server(env),
+    )
+
+
+def _load_engine(env: _Env) -> EngineSettings:
+    d = EngineSettings()
+    return EngineSettings(
+        url=env.get("KB_ENGINE_URL", d.url, _parse_engine_url),
+        api_key=env.secret("KB_API_KEY"),
+        connect_timeout=env.float("KB_ENGINE_CONNECT_TIMEOUT", d.connect_timeout, low=0.1, high=60),
+        read_timeout=env.float("KB_ENGINE_TIMEOUT", d.read_timeout, low=0.1, high=600),
+        upload_timeout=env.float("KB_ENGINE_UPLOAD_TIMEOUT", d.upload_timeout, low=1, high=7200),
+        retry_attempts=env.int("KB_ENGINE_RETRIES", d.retry_attempts, low=1, high=10),
+        retry_backoff=env.float("KB_ENGINE_RETRY_BACKOFF", d.retry_backoff, low=0, high=30),
+        retry_max_wait=env.float("KB_ENGINE_RETRY_MAX_WAIT", d.retry_max_wait, low=0, high=60),
+        max_response_bytes=env.int("KB_ENGINE_MAX_RESPONSE_BYTES", d.max_response_bytes, low=1024),
+        pool_size=env.int("KB_ENGINE_POOL_SIZE", d.pool_size, low=1, high=1024),
+    )
+
+
+def _load_mcp(env: _Env) -> McpSettings:
+    d = McpSettings()
+    tools = env.list("KB_MCP_TOOLS", ())
+    return McpSettings(
+        api_keys=env.get("KB_MCP_API_KEY", (), _parse_api_keys),
+        allowed_hosts=env.list("KB_MCP_ALLOWED_HOSTS", d.allowed_hosts),
+        allowed_origins=env.list("KB_MCP_ALLOWED_ORIGINS", d.allowed_origins),
+        json_response=env.bool("KB_MCP_JSON_RESPONSE", d.json_response),
+        max_body_bytes=env.int("KB_MCP_MAX_BODY_BYTES", d.max_body_bytes, low=64 * 1024, high=256 * MIB),
+        thread_pool_size=env.int("KB_THREAD_POOL_SIZE", d.thread_pool_size, low=1, high=1024),
+        tools=tools or None,
+        read_only=env.bool("KB_MCP_READ_ONLY", d.read_only),
+    )
+
+
+def _load_uploads(env: _Env) -> UploadSettings:
+    d = UploadSettings()
+    return UploadSettings(
+        dir=env.str("KB_UPLOAD_DIR", d.dir),
+        store_url=env.raw("KB_UPLOAD_STORE"),
+        ttl_seconds=env.float("KB_UPLOAD_TTL_SECONDS", d.ttl_seconds, low=1),
+        max_bytes=env.int("KB_UPLOAD_MAX_BYTES", d.max_bytes, low=1),
+        max_chunk_bytes=env.int("KB_UPLOAD_MAX_CHUNK_BYTES", d.max_chunk_bytes, low=1024),
+        extensions=tuple(e.lower().lstrip(".") for e in env.list("KB_UPLOAD_EXTENSIONS", d.extensions)),
+        max_uploads_per_caller=env.int("KB_UPLOAD_MAX_PER_CALLER", d.max_uploads_per_caller, low=1),
+        max_staged_bytes_per_caller=env.int("KB_UPLOAD_MAX_STAGED_BYTES", d.max_staged_bytes_per_caller, low=1),
+        sweep_interval=env.float("KB_UPLOAD_SWEEP_INTERVAL", d.sweep_interval, low=0.05),
+    )
+
+
+def _load_server(env: _Env) -> ServerSettings:
+    d = ServerSettings()
+    return ServerSettings(
+        bind=env.get("KB_BIND", d.bind, _parse_bind),
+        workers=env.int("KB_WORKERS", d.workers, low=1, high=256),
+        log_level=env.get("KB_LOG_LEVEL", d.log_level, _parse_log_level),
+        log_json=env.bool("KB_LOG_JSON", d.log_json),
+        graceful_timeout=env.float("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
+    )
+
+
+def _check_cross_field_rules(settings: Settings) -> None:
+    """Rules that span settings, checked once when a Settings object is built."""
+    engine_key = settings.engine.api_key
+    if engine_key is not None and engine_key in settings.mcp.api_keys:
+        # The agent-facing key must never unlock the engine, and vice versa.
+        raise SettingsError("KB_MCP_API_KEY", "must differ from KB_API_KEY (the engine's key)")
+    encoded_chunk = (settings.uploads.max_chunk_bytes + 2) // 3 * 4
+    if encoded_chunk + 64 * 1024 > settings.mcp.max_body_bytes:
+        raise SettingsError(
+            "KB_UPLOAD_MAX_CHUNK_BYTES",
+            f"a base64 chunk of {settings.uploads.max_chunk_bytes} bytes does not fit in "
+            f"KB_MCP_MAX_BODY_BYTES={settings.mcp.max_body_bytes} with room for the JSON-RPC envelope",
+        )
+    if settings.uploads.max_chunk_bytes > settings.uploads.max_bytes:
+        raise SettingsError("KB_UPLOAD_MAX_CHUNK_BYTES", "must not exceed KB_UPLOAD_MAX_BYTES")
+    if settings.uploads.store_url is not None and not settings.uploads.store_url.startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        raise SettingsError("KB_UPLOAD_STORE", "expected a redis://, rediss:// or unix:// URL")

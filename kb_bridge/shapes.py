@@ -1,0 +1,172 @@
+"""The objects agents see (documents, chunks, jobs): their JSON schemas and the functions that
+shape engine JSON into them, side by side so the two cannot drift apart.
+
+Shaping is where engine tolerance lives (engine-api.md, "Tolerance"): missing optional fields
+become null, extra fields are dropped, and `collection:*` tags become the `collection` field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kb_bridge import collections
+from kb_bridge.errors import EngineBadResponse
+
+# --- schema building blocks -----------------------------------------------------------------
+
+STR = {"type": "string"}
+INT = {"type": "integer"}
+OPT_STR = {"type": ["string", "null"]}
+OPT_INT = {"type": ["integer", "null"]}
+OPT_NUM = {"type": ["number", "null"]}
+TAGS = {"type": "array", "items": STR}
+
+
+def obj(properties: Mapping[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """An object schema; `required` defaults to every property (results always carry them all)."""
+    return {"type": "object", "properties": dict(properties), "required": list(properties) if required is None else required}
+
+
+DOCUMENT_FIELDS: dict[str, Any] = {
+    "id": INT,
+    "title": OPT_STR,
+    "doc_type": OPT_STR,
+    "source_path": OPT_STR,
+    "collection": OPT_STR,
+    "tags": TAGS,
+    "chunk_count": OPT_INT,
+    "version": OPT_INT,
+    "created_at": OPT_STR,
+    "updated_at": OPT_STR,
+}
+DOCUMENT = obj(DOCUMENT_FIELDS)
+FULL_DOCUMENT = obj(
+    {
+        **DOCUMENT_FIELDS,
+        "content": OPT_STR,
+        "chunks": {"type": "array", "items": obj({"id": INT, "index": INT, "text": STR})},
+    },
+    required=list(DOCUMENT_FIELDS),
+)
+CHUNK = obj(
+    {
+        "chunk_id": INT,
+        "document_id": INT,
+        "chunk_index": OPT_INT,
+        "text": STR,
+        "score": OPT_NUM,
+        "title": OPT_STR,
+        "source_path": OPT_STR,
+        "doc_type": OPT_STR,
+        "collection": OPT_STR,
+        "tags": TAGS,
+        "updated_at": OPT_STR,
+    }
+)
+JOB = obj(
+    {
+        "id": INT,
+        "type": OPT_STR,
+        "status": STR,
+        "document_id": OPT_INT,
+        "filename": OPT_STR,
+        "error": OPT_STR,
+        "created_at": OPT_STR,
+        "started_at": OPT_STR,
+        "finished_at": OPT_STR,
+    }
+)
+
+# --- shaping ----------------------------------------------------------------------------------
+
+
+def _required_int(raw: Mapping[str, Any], key: str) -> int:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EngineBadResponse(f"the kb engine returned an object without a valid {key!r}")
+    return value
+
+
+def _opt(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = raw.get(key)
+    if isinstance(value, bool) and kind is not bool:
+        return None
+    return value if isinstance(value, kind) else None
+
+
+def _tags(raw: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+    tags = raw.get("tags")
+    if not isinstance(tags, list):
+        return None, []
+    return collections.split(t for t in tags if isinstance(t, str))
+
+
+def document(raw: Any, *, full: bool = False) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise EngineBadResponse()
+    collection, tags = _tags(raw)
+    shaped: dict[str, Any] = {
+        "id": _required_int(raw, "id"),
+        "title": _opt(raw, "title", str),
+        "doc_type": _opt(raw, "doc_type", str),
+        "source_path": _opt(raw, "source_path", str),
+        "collection": collection,
+        "tags": tags,
+        "chunk_count": _opt(raw, "chunk_count", int),
+        "version": _opt(raw, "version", int),
+        "created_at": _opt(raw, "created_at", str),
+        "updated_at": _opt(raw, "updated_at", str) or _opt(raw, "created_at", str),
+    }
+    if full:
+        shaped["content"] = _opt(raw, "content", str)
+        chunks = raw.get("chunks") if isinstance(raw.get("chunks"), list) else []
+        shaped["chunks"] = [
+            {"id": _required_int(c, "id"), "index": _opt(c, "index", int) or 0, "text": _opt(c, "text", str) or ""}
+            for c in chunks
+            if isinstance(c, Mapping)
+        ]
+    return shaped
+
+
+def chunk(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise EngineBadResponse()
+    collection, tags = _tags(raw)
+    return {
+        "chunk_id": _required_int(raw, "chunk_id"),
+        "document_id": _required_int(raw, "document_id"),
+        "chunk_index": _opt(raw, "chunk_index", int),
+        "text": _opt(raw, "text", str) or "",
+        "score": _opt(raw, "score", (int, float)),
+        "title": _opt(raw, "title", str),
+        "source_path": _opt(raw, "source_path", str),
+        "doc_type": _opt(raw, "doc_type", str),
+        "collection": collection,
+        "tags": tags,
+        "updated_at": _opt(raw, "updated_at", str) or _opt(raw, "created_at", str),
+    }
+
+
+def job(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise EngineBadResponse()
+    return {
+        "id": _required_int(raw, "id"),
+        "type": _opt(raw, "type", str),
+        "status": _opt(raw, "status", str) or "unknown",
+        "document_id": _opt(raw, "document_id", int),
+        "filename": _opt(raw, "filename", str),
+        "error": _opt(raw, "error", str),
+        "created_at": _opt(raw, "created_at", str),
+        "started_at": _opt(raw, "started_at", str),
+        "finished_at": _opt(raw, "finished_at", str),
+    }
+
+
+def listed(raw: Mapping[str, Any], key: str) -> list[Any]:
+    """The list under `key` in an engine response, or a clear error when it is not one."""
+    value = raw.get(key)
+    if not isinstance(value, list):
+        raise EngineBadResponse()
+    return value

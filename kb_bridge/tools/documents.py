@@ -1,0 +1,48 @@
+"""kb_get: fetch documents by id (with content and chunks) or by source path."""
+
+from __future__ import annotations
+
+from kb_bridge import shapes
+from kb_bridge.errors import InvalidArgument
+from kb_bridge.tools import args, render
+from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+
+GET_INPUT = args.arguments({"document_id": args.DOCUMENT_ID, "source_path": args.SOURCE_PATH})
+GET_OUTPUT = shapes.obj({"documents": {"type": "array", "items": shapes.FULL_DOCUMENT}})
+
+# A source path should name one document; a page this size is plenty and bounds the reply.
+_SOURCE_PATH_LIMIT = 50
+
+
+def get(ctx: ToolContext, arguments: Arguments) -> Result:
+    # "Exactly one of" is checked here rather than with oneOf: several clients reject
+    # top-level oneOf/anyOf in tool input schemas.
+    has_id, has_path = "document_id" in arguments, "source_path" in arguments
+    if has_id == has_path:
+        raise InvalidArgument("document_id", "give exactly one of document_id or source_path")
+    if has_id:
+        return {"documents": [shapes.document(ctx.engine.get_document(arguments["document_id"]), full=True)]}
+    raw = ctx.engine.list_documents([("source_path", arguments["source_path"]), ("limit", _SOURCE_PATH_LIMIT)])
+    return {"documents": [shapes.document(d) for d in shapes.listed(raw, "documents")]}
+
+
+def render_get(result: Result) -> str:
+    return render.documents(result["documents"], empty="No document has that source_path.")
+
+
+TOOLS = [
+    ToolSpec(
+        name="kb_get",
+        title="Get documents",
+        description=(
+            "Fetch one document by document_id (with its full text and chunks) or the documents "
+            "stored under an exact source_path (metadata only). Give exactly one of the two."
+        ),
+        input_schema=GET_INPUT,
+        output_schema=GET_OUTPUT,
+        handler=get,
+        render=render_get,
+        read_only=True,
+        idempotent=True,
+    )
+]

@@ -1,0 +1,155 @@
+"""kb_addnote and kb_update_note: writing agent memory and notes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kb_bridge import collections, shapes
+from kb_bridge.errors import Conflict, EngineUnsupported, InvalidArgument, NotANote, NotFound
+from kb_bridge.tools import args, render
+from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+
+ADDNOTE_INPUT = args.arguments(
+    {
+        "text": args.NOTE_TEXT,
+        "tags": args.TAGS,
+        "collection": args.with_description(args.COLLECTION, "default: documents; use memory for agent memory"),
+        "title": args.TITLE,
+        "source_path": args.SOURCE_PATH,
+    },
+    required=("text",),
+)
+ADDNOTE_OUTPUT = shapes.obj(
+    {"job_id": shapes.INT, "status": shapes.STR, "collection": shapes.STR, "tags": shapes.TAGS}
+)
+
+UPDATE_INPUT = args.arguments(
+    {
+        "document_id": args.DOCUMENT_ID,
+        "text": args.NOTE_TEXT,
+        "title": args.TITLE,
+        "collection": args.with_description(args.COLLECTION, "move the note to this collection"),
+        "expected_version": args.with_description(
+            {"type": "integer", "minimum": 1}, "refuse with CONFLICT if the note changed since this version"
+        ),
+    },
+    required=("document_id",),
+)
+
+
+def addnote(ctx: ToolContext, arguments: Arguments) -> Result:
+    collection = arguments.get("collection", collections.DEFAULT)
+    user_tags = collections.check_user_tags(arguments.get("tags", []))
+    body: dict[str, Any] = {"text": arguments["text"], "tags": collections.tags_with_collection(collection, user_tags)}
+    for key in ("title", "source_path"):
+        if key in arguments:
+            body[key] = arguments[key]
+    # One key per tool call: the client's retries of this call can never make two notes.
+    job = shapes.job(ctx.engine.create_note_job(body, idempotency_key=str(uuid.uuid4())))
+    return {"job_id": job["id"], "status": job["status"], "collection": collection, "tags": user_tags}
+
+
+def update_note(ctx: ToolContext, arguments: Arguments) -> Result:
+    document_id = arguments["document_id"]
+    expected = arguments.get("expected_version")
+    changes = {key: arguments[key] for key in ("text", "title") if key in arguments}
+    new_collection = arguments.get("collection")
+    if not changes and new_collection is None:
+        raise InvalidArgument("text", "give at least one of text, title or collection to change")
+    if changes:
+        document = _patch(ctx, document_id, changes, expected)
+        expected = None  # the version check was done by the engine, atomically
+    else:
+        document = shapes.document(ctx.engine.get_document(document_id))
+        if document["doc_type"] not in (None, "note"):
+            raise NotANote()
+    if expected is not None and document["version"] != expected:
+        raise _version_conflict(document["version"])
+    if new_collection is not None and document["collection"] != new_collection:
+        document = _move(ctx, document_id, new_collection)
+    return document
+
+
+def _patch(ctx: ToolContext, document_id: int, changes: dict[str, Any], expected: int | None) -> Result:
+    try:
+        return shapes.document(ctx.engine.patch_note(document_id, changes, if_match=expected))
+    except Conflict as exc:
+        if exc.details.get("reason") != "version_mismatch":
+            raise
+        current = shapes.document(ctx.engine.get_document(document_id))
+        raise _version_conflict(current["version"]) from None
+    except NotFound:
+        _require_note_mutation(ctx)
+        raise
+
+
+def _version_conflict(current: int | None) -> Conflict:
+    return Conflict(
+        f"the note changed since the version you expected (now version {current}); re-read it with kb_get and retry",
+        current_version=current,
+    )
+
+
+def _require_note_mutation(ctx: ToolContext) -> None:
+    """A 404 from PATCH /notes on an engine older than 3.0.0 means the endpoint does not exist."""
+    version = str(ctx.engine.status().get("version", ""))
+    major = version.split(".", 1)[0]
+    if major.isdigit() and int(major) < 3:
+        raise EngineUnsupported(f"the kb engine (version {version}) is older than 3.0.0 and cannot update notes")
+
+
+def _move(ctx: ToolContext, document_id: int, collection: str) -> Result:
+    """Exclusive membership (seed 000): remove every old collection tag first, then add the new one."""
+    target = collections.tag_for(collection)
+    current = ctx.engine.get_document(document_id)
+    for tag in collections.collection_tags(current.get("tags") or []):
+        if tag != target:
+            ctx.engine.remove_tag(document_id, tag)
+    ctx.engine.add_tags(document_id, [target])
+    return shapes.document(ctx.engine.get_document(document_id))
+
+
+def render_addnote(result: Result) -> str:
+    tags = ", ".join(result["tags"]) or "-"
+    return (
+        f"Note queued as job {result['job_id']} ({result['status']}) in collection {result['collection']}, tags: {tags}."
+        " It becomes searchable when the job is done (kb_jobs)."
+    )
+
+
+def render_document(result: Result) -> str:
+    return "Updated:\n" + render.document_line(result)
+
+
+TOOLS = [
+    ToolSpec(
+        name="kb_addnote",
+        title="Add a note",
+        description=(
+            "Save a text note (a fact, a preference, a summary) to the knowledge base. "
+            "Use collection 'memory' for agent memory. Returns a job id; the note is searchable once indexed. "
+            "To change an existing note use kb_update_note instead of adding a duplicate."
+        ),
+        input_schema=ADDNOTE_INPUT,
+        output_schema=ADDNOTE_OUTPUT,
+        handler=addnote,
+        render=render_addnote,
+        read_only=False,
+    ),
+    ToolSpec(
+        name="kb_update_note",
+        title="Update a note",
+        description=(
+            "Replace a note's text or title in place (same document_id, re-indexed), or move it to another "
+            "collection. Pass expected_version (from kb_get) to refuse silently overwriting a newer change. "
+            "Only notes can be updated, not uploaded files."
+        ),
+        input_schema=UPDATE_INPUT,
+        output_schema=shapes.DOCUMENT,
+        handler=update_note,
+        render=render_document,
+        read_only=False,
+        idempotent=True,
+    ),
+]

@@ -1,0 +1,324 @@
+"""The three-step upload (seed 000) plus kb_upload_status: start, chunk x N, finish.
+
+Agents cannot send a large file in one message, so they send base64 chunks that the bridge
+stages in a shared store (any worker or host may take any step), verifies, and streams to the
+engine as one multipart upload. The tools never know which store they use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from kb_bridge import collections, shapes
+from kb_bridge.errors import Conflict, InvalidArgument, UploadIncomplete
+from kb_bridge.tools import args
+from kb_bridge.tools.spec import Arguments, ProgressFn, Result, ToolContext, ToolSpec
+from kb_bridge.uploads.names import extension, new_upload_id, safe_filename
+from kb_bridge.uploads.store import Progress, Upload
+
+MAX_CHUNKS = 100_000
+SHA256 = {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"}
+# Ids are checked by the store (a malformed id is "not found", not a validation error).
+UPLOAD_ID = {"type": "string", "minLength": 1, "maxLength": 100}
+
+START_INPUT = args.arguments(
+    {
+        "filename": {"type": "string", "minLength": 1, "maxLength": 1024},
+        "total_size": {"type": "integer", "minimum": 1, "maximum": 2**53},
+        "tags": args.TAGS,
+        "collection": args.COLLECTION,
+        "title": args.TITLE,
+        "source_path": args.SOURCE_PATH,
+        "sha256": args.with_description(SHA256, "hex sha256 of the whole file, verified at finish"),
+    },
+    required=("filename", "total_size"),
+)
+START_OUTPUT = shapes.obj(
+    {"upload_id": shapes.STR, "filename": shapes.STR, "max_chunk_bytes": shapes.INT, "expires_at": shapes.STR}
+)
+CHUNK_INPUT = args.arguments(
+    {
+        "upload_id": UPLOAD_ID,
+        "data": {"type": "string", "description": "standard base64 of the chunk's bytes"},
+        "chunk_index": {"type": "integer", "minimum": 0, "maximum": MAX_CHUNKS - 1},
+        "sha256": args.with_description(SHA256, "hex sha256 of this chunk's bytes"),
+    },
+    required=("upload_id", "data", "chunk_index"),
+)
+CHUNK_OUTPUT = shapes.obj(
+    {"upload_id": shapes.STR, "chunk_index": shapes.INT, "received_bytes": shapes.INT, "total_size": shapes.INT}
+)
+ID_INPUT = args.arguments({"upload_id": UPLOAD_ID}, required=("upload_id",))
+FINISH_OUTPUT = shapes.obj(
+    {"job_id": shapes.INT, "status": shapes.STR, "filename": shapes.STR, "size_bytes": shapes.INT, "sha256": shapes.STR}
+)
+STATUS_OUTPUT = shapes.obj(
+    {
+        "upload_id": shapes.STR,
+        "filename": shapes.STR,
+        "total_size": shapes.INT,
+        "received_bytes": shapes.INT,
+        "received_chunks": {"type": "array", "items": shapes.INT},
+        "missing": {"type": "array", "items": shapes.INT},
+        "expires_at": shapes.STR,
+        "finished": {"type": "boolean"},
+        "job_id": shapes.OPT_INT,
+    }
+)
+
+
+def iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def start(ctx: ToolContext, arguments: Arguments) -> Result:
+    limits = ctx.settings.uploads
+    filename = safe_filename(arguments["filename"])
+    if "*" not in limits.extensions and extension(filename) not in limits.extensions:
+        raise InvalidArgument("filename", f"the engine accepts these file types: {', '.join(limits.extensions)}")
+    if arguments["total_size"] > limits.max_bytes:
+        raise InvalidArgument("total_size", f"must be at most {limits.max_bytes} bytes")
+    collection = arguments.get("collection", collections.DEFAULT)
+    upload = Upload(
+        upload_id=new_upload_id(),
+        owner=ctx.caller,
+        filename=filename,
+        total_size=arguments["total_size"],
+        tags=collections.tags_with_collection(collection, arguments.get("tags", [])),
+        collection=collection,
+        title=arguments.get("title"),
+        source_path=arguments.get("source_path"),
+        sha256=arguments["sha256"].lower() if "sha256" in arguments else None,
+    )
+    ctx.uploads.create(upload, limits.max_uploads_per_caller, limits.max_staged_bytes_per_caller)
+    return {
+        "upload_id": upload.upload_id,
+        "filename": filename,
+        "max_chunk_bytes": limits.max_chunk_bytes,
+        "expires_at": iso(upload.created_at + limits.ttl_seconds),
+    }
+
+
+def decode_chunk(data: str, max_bytes: int) -> bytes:
+    """Base64 to bytes, refusing oversize input before decoding and any non-canonical alphabet."""
+    if len(data) > math.ceil(max_bytes / 3) * 4:
+        raise InvalidArgument("data", f"a chunk may hold at most {max_bytes} bytes (before base64)")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgument("data", "is not valid base64 (standard alphabet A-Z a-z 0-9 + /, with = padding)") from None
+    if not raw:
+        raise InvalidArgument("data", "must not be empty")
+    return raw
+
+
+def chunk(ctx: ToolContext, arguments: Arguments) -> Result:
+    upload_id, index = arguments["upload_id"], arguments["chunk_index"]
+    upload = ctx.uploads.get(upload_id, ctx.caller)
+    if index >= upload.total_size:
+        raise InvalidArgument("chunk_index", f"is beyond the end of a {upload.total_size}-byte file")
+    data = decode_chunk(arguments["data"], ctx.settings.uploads.max_chunk_bytes)
+    if "sha256" in arguments and hashlib.sha256(data).hexdigest() != arguments["sha256"].lower():
+        raise InvalidArgument("sha256", "does not match the chunk's bytes; the chunk was not stored")
+    progress = ctx.uploads.put_chunk(upload_id, ctx.caller, index, data)
+    return {
+        "upload_id": upload_id,
+        "chunk_index": index,
+        "received_bytes": progress.received_bytes,
+        "total_size": upload.total_size,
+    }
+
+
+def missing_chunks(progress: Progress, total_size: int) -> list[int]:
+    """Indexes still to send.
+
+    When the chunks received so far share one size (all but a shorter last one), the file needs
+    ceil(total_size / size) chunks and every absent index below that is missing. Otherwise the
+    count is unknown: the gaps below the highest index are missing, and one more while bytes lack.
+    """
+    indexes = progress.chunks
+    highest = max(indexes, default=-1)
+    sizes = {size for i, size in indexes.items() if i != highest} or set(indexes.values())
+    if len(sizes) == 1:
+        expected = min(math.ceil(total_size / sizes.pop()), MAX_CHUNKS)
+        return [i for i in range(max(expected, highest + 1)) if i not in indexes]
+    missing = [i for i in range(highest + 1) if i not in indexes]
+    if not missing and progress.received_bytes < total_size:
+        missing.append(highest + 1)
+    return missing
+
+
+def upload_status(ctx: ToolContext, arguments: Arguments) -> Result:
+    upload = ctx.uploads.get(arguments["upload_id"], ctx.caller)
+    progress = ctx.uploads.progress(upload.upload_id, ctx.caller)
+    finished = upload.result is not None
+    return {
+        "upload_id": upload.upload_id,
+        "filename": upload.filename,
+        "total_size": upload.total_size,
+        "received_bytes": upload.total_size if finished else progress.received_bytes,
+        "received_chunks": sorted(progress.chunks),
+        "missing": [] if finished else missing_chunks(progress, upload.total_size),
+        "expires_at": iso(progress.last_activity + ctx.settings.uploads.ttl_seconds),
+        "finished": finished,
+        "job_id": upload.result.get("job_id") if upload.result else None,
+    }
+
+
+def finish(ctx: ToolContext, arguments: Arguments) -> Result:
+    with ctx.uploads.finishing(arguments["upload_id"], ctx.caller) as upload:
+        if upload.result is not None:
+            return dict(upload.result)  # finishing twice is harmless: same job, no new document
+        count = _complete_chunk_count(ctx.uploads.progress(upload.upload_id, ctx.caller), upload.total_size)
+        digest = _sha256(ctx, upload, count)
+        if upload.sha256 is not None and digest != upload.sha256:
+            raise Conflict(
+                "the file's sha256 does not match the one given at kb_upload_start; nothing was sent",
+                expected_sha256=upload.sha256, actual_sha256=digest,
+            )
+        job = shapes.job(
+            ctx.engine.upload_file_job(
+                filename=upload.filename,
+                size=upload.total_size,
+                chunks=lambda: ctx.uploads.read_chunks(upload.upload_id, ctx.caller, count),
+                fields=_fields(upload),
+                # Derived from the upload: a retried or repeated finish names the same engine job.
+                idempotency_key=f"kb-bridge-upload-{upload.upload_id}",
+                progress=_throttled(ctx.progress, upload.total_size),
+            )
+        )
+        result = {
+            "job_id": job["id"],
+            "status": job["status"],
+            "filename": upload.filename,
+            "size_bytes": upload.total_size,
+            "sha256": digest,
+        }
+        ctx.uploads.mark_finished(upload.upload_id, ctx.caller, result)
+        return result
+
+
+def _complete_chunk_count(progress: Progress, total_size: int) -> int:
+    missing = missing_chunks(progress, total_size)
+    if missing or progress.received_bytes < total_size:
+        raise UploadIncomplete(
+            f"received {progress.received_bytes} of {total_size} bytes; send the missing chunks and finish again",
+            missing=missing, received_bytes=progress.received_bytes,
+        )
+    if progress.received_bytes > total_size:
+        raise Conflict(f"received {progress.received_bytes} bytes, more than total_size {total_size}; start again")
+    return len(progress.chunks)
+
+
+def _sha256(ctx: ToolContext, upload: Upload, count: int) -> str:
+    digest = hashlib.sha256()
+    for block in ctx.uploads.read_chunks(upload.upload_id, ctx.caller, count):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def _fields(upload: Upload) -> list[tuple[str, str]]:
+    fields = [("title", upload.title or upload.filename), ("source_path", upload.source_path or f"uploads/{upload.filename}")]
+    return fields + [("tags", tag) for tag in upload.tags]
+
+
+def _throttled(progress: ProgressFn, total: int) -> Callable[[int], None]:
+    """Report bytes sent at most ~4 times a second, and always the last byte."""
+    last = [0.0]
+
+    def report(sent: int) -> None:
+        now = time.monotonic()
+        if sent >= total or now - last[0] >= 0.25:
+            last[0] = now
+            progress(float(sent), float(total), "sending the file to the engine")
+
+    return report
+
+
+def render_start(r: Result) -> str:
+    return (
+        f"Upload {r['upload_id']} started for {r['filename']}. Send base64 chunks of at most "
+        f"{r['max_chunk_bytes']} bytes (decoded) with kb_upload_chunk, chunk_index 0, 1, 2…, then kb_upload_finish. "
+        f"Expires {r['expires_at']} if idle."
+    )
+
+
+def render_chunk(r: Result) -> str:
+    return f"Chunk {r['chunk_index']} stored: {r['received_bytes']} of {r['total_size']} bytes received."
+
+
+def render_finish(r: Result) -> str:
+    return (
+        f"{r['filename']} ({r['size_bytes']} bytes, sha256 {r['sha256']}) sent to the engine as job {r['job_id']}"
+        f" ({r['status']}); it becomes searchable when the job is done (kb_jobs)."
+    )
+
+
+def render_status(r: Result) -> str:
+    if r["finished"]:
+        return f"Upload {r['upload_id']} is finished: job {r['job_id']}."
+    missing = ", ".join(str(i) for i in r["missing"][:50]) or "none"
+    return (
+        f"Upload {r['upload_id']} ({r['filename']}): {r['received_bytes']} of {r['total_size']} bytes, "
+        f"chunks received: {len(r['received_chunks'])}, missing: {missing}. Expires {r['expires_at']} if idle."
+    )
+
+
+TOOLS = [
+    ToolSpec(
+        name="kb_upload_start",
+        title="Start a file upload",
+        description=(
+            "Step 1 of 3 to add a file (txt, md, pdf, html, docx): declare filename and total_size in bytes; "
+            "returns upload_id and max_chunk_bytes. Then kb_upload_chunk for each chunk, then kb_upload_finish."
+        ),
+        input_schema=START_INPUT,
+        output_schema=START_OUTPUT,
+        handler=start,
+        render=render_start,
+        read_only=False,
+    ),
+    ToolSpec(
+        name="kb_upload_chunk",
+        title="Upload a chunk",
+        description=(
+            "Step 2: send one chunk as base64, chunk_index from 0 in file order; chunks may arrive in any order "
+            "and resending the same chunk is safe. Optional sha256 of the chunk is verified."
+        ),
+        input_schema=CHUNK_INPUT,
+        output_schema=CHUNK_OUTPUT,
+        handler=chunk,
+        render=render_chunk,
+        read_only=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="kb_upload_finish",
+        title="Finish a file upload",
+        description="Step 3: assemble the chunks, verify them and send the file for indexing; returns the job id. Safe to repeat.",
+        input_schema=ID_INPUT,
+        output_schema=FINISH_OUTPUT,
+        handler=finish,
+        render=render_finish,
+        read_only=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="kb_upload_status",
+        title="Upload status",
+        description="Which chunks of an upload have arrived and which are missing (to resume an interrupted upload).",
+        input_schema=ID_INPUT,
+        output_schema=STATUS_OUTPUT,
+        handler=upload_status,
+        render=render_status,
+        read_only=True,
+        idempotent=True,
+    ),
+]

@@ -1,0 +1,74 @@
+"""The upload store interface: what the upload tools need, whatever holds the bytes.
+
+Every method takes the caller id: an upload belongs to the token that started it, and an id
+asked for by anyone else is "not found", exactly like an id that never existed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class Upload:
+    """An upload's metadata (not its bytes)."""
+
+    upload_id: str
+    owner: str
+    filename: str
+    total_size: int
+    tags: list[str]
+    collection: str
+    title: str | None = None
+    source_path: str | None = None
+    sha256: str | None = None  # expected sha256 of the whole file, when the agent gave one
+    created_at: float = field(default_factory=time.time)
+    result: dict[str, Any] | None = None  # the finish result, once finished
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Upload:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What has arrived so far."""
+
+    chunks: dict[int, int]  # index -> size in bytes
+    last_activity: float
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(self.chunks.values())
+
+
+class UploadStore(Protocol):
+    def create(self, upload: Upload, max_uploads: int, max_staged_bytes: int) -> None:
+        """Record a new upload; LimitExceeded when the owner is over a per-caller limit."""
+
+    def get(self, upload_id: str, owner: str) -> Upload:
+        """The upload, or NotFound (missing, expired, malformed id, or another owner's)."""
+
+    def progress(self, upload_id: str, owner: str) -> Progress: ...
+
+    def put_chunk(self, upload_id: str, owner: str, index: int, data: bytes) -> Progress:
+        """Store one chunk atomically. The same bytes again: no-op. Other bytes: Conflict."""
+
+    def finishing(self, upload_id: str, owner: str) -> AbstractContextManager[Upload]:
+        """Hold the upload exclusively while it is finished (no chunk lands meanwhile)."""
+
+    def read_chunks(self, upload_id: str, owner: str, count: int) -> Iterator[bytes]:
+        """The bytes of chunks 0..count-1 in order, in blocks, without loading the file."""
+
+    def mark_finished(self, upload_id: str, owner: str, result: dict[str, Any]) -> None:
+        """Remember the finish result (for an idempotent second finish) and drop the bytes."""
+
+    def sweep(self, ttl_seconds: float, now: float | None = None) -> int:
+        """Remove uploads idle for longer than the TTL; never one in use. Returns how many."""

@@ -1,0 +1,89 @@
+"""Tool-argument validation against each tool's input schema, with errors that name the field.
+
+The low-level MCP server does not validate arguments, so this runs before every handler. Each
+schema is compiled once; only the first error is built (lazily), so a huge invalid argument
+costs no more than finding its first fault. Messages never echo the offending value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from kb_bridge.errors import InvalidArgument
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "an object",
+    "null": "null",
+}
+
+
+class ArgumentValidator:
+    """Validates the arguments of one tool."""
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        Draft202012Validator.check_schema(schema)
+        self._validator = Draft202012Validator(schema)
+        self._known = sorted(schema.get("properties", {}))
+
+    def check(self, arguments: Any) -> None:
+        """Raise `InvalidArgument` for the first problem found, or return."""
+        error = next(iter(self._validator.iter_errors(arguments)), None)
+        if error is not None:
+            field, problem = self._explain(error)
+            raise InvalidArgument(field, problem)
+
+    def _explain(self, error: ValidationError) -> tuple[str, str]:
+        field = _path(error.absolute_path)
+        keyword, expected = error.validator, error.validator_value
+        instance = error.instance
+        if keyword == "required":
+            missing = [name for name in expected if isinstance(instance, dict) and name not in instance]
+            return _join(field, missing[0] if missing else "?"), "is required"
+        if keyword == "additionalProperties":
+            extra = sorted(set(instance) - set(self._known)) if isinstance(instance, dict) and not field else []
+            name = extra[0] if extra else "?"
+            return _join(field, name), f"is not an argument of this tool (expected: {', '.join(self._known)})"
+        return field or "arguments", _problem(keyword, expected)
+
+
+def _problem(keyword: str, expected: Any) -> str:
+    if keyword == "type":
+        kinds = expected if isinstance(expected, list) else [expected]
+        return "must be " + " or ".join(_TYPE_NAMES.get(k, k) for k in kinds)
+    if keyword == "minimum":
+        return f"must be at least {expected}"
+    if keyword == "maximum":
+        return f"must be at most {expected}"
+    if keyword == "minLength":
+        return "must not be empty" if expected == 1 else f"must be at least {expected} characters long"
+    if keyword == "maxLength":
+        return f"must be at most {expected} characters long"
+    if keyword == "minItems":
+        return f"must have at least {expected} items"
+    if keyword == "maxItems":
+        return f"must have at most {expected} items"
+    if keyword == "enum":
+        return "must be one of: " + ", ".join(str(v) for v in expected)
+    if keyword == "pattern":
+        return "contains characters or a format that is not allowed"
+    return f"is invalid ({keyword})"
+
+
+def _path(parts: Iterable[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
