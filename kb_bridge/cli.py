@@ -1,0 +1,131 @@
+"""The `kb-bridge` command: serve | stdio | engine | demo | check | token | tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Sequence
+
+from kb_bridge import __version__
+from kb_bridge.errors import SettingsError
+from kb_bridge.logs import configure_logging
+from kb_bridge.settings import Settings, load_settings
+
+logger = logging.getLogger("kb_bridge.cli")
+
+GUNICORN_CONFIG = "python:kb_bridge.gunicorn_config"
+ASGI_APP = "kb_bridge.asgi:app"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kb-bridge",
+        description="An MCP server that gives AI agents a knowledge base (search, notes, files, memory).",
+        epilog="Configuration comes from KB_* environment variables; see the README's configuration table.",
+    )
+    parser.add_argument("--version", action="version", version=f"kb-bridge {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser("serve", help="serve MCP over Streamable HTTP with gunicorn (same as gunicorn -c gunicorn.conf.py)")
+    serve.add_argument("--bind", metavar="HOST:PORT", help="address to listen on (env KB_BIND, default 127.0.0.1:8765)")
+    serve.add_argument("--workers", type=int, metavar="N", help="gunicorn worker processes (env KB_WORKERS, default 2)")
+
+    commands.add_parser("stdio", help="serve MCP over stdin/stdout (for Claude Desktop and other local clients)")
+
+    engine = commands.add_parser(
+        "engine", help="run the bundled local kb engine (see `kb-bridge engine --help`)", add_help=False
+    )
+    engine.add_argument("engine_args", nargs=argparse.REMAINDER)
+
+    demo = commands.add_parser("demo", help="run the local engine and the bridge together, with a sample corpus")
+    demo.add_argument("--data", metavar="DIR", help="engine data directory (default: a per-user data directory)")
+    demo.add_argument("--port", type=int, default=8765, help="bridge port on 127.0.0.1 (default 8765)")
+    demo.add_argument("--engine-port", type=int, default=8000, help="engine port on 127.0.0.1 (default 8000)")
+    demo.add_argument("--no-sample", action="store_true", help="do not load the sample corpus")
+
+    check = commands.add_parser("check", help="validate the configuration and reach the engine; exit non-zero on a problem")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    commands.add_parser("token", help="print a new random token for KB_MCP_API_KEY")
+
+    tools_cmd = commands.add_parser("tools", help="list the tools this configuration offers, with their size in tools/list")
+    tools_cmd.add_argument("--json", action="store_true", help="print the tools/list payload itself")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "engine":
+        from kb_bridge.local_engine.cli import main as engine_main  # only this command needs the engine
+
+        return engine_main(args.engine_args)
+    if args.command == "token":
+        print(secrets.token_urlsafe(32))
+        return 0
+    if args.command == "serve":
+        return _serve(args)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"kb-bridge: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "stdio":
+        configure_logging(settings.server.log_level, settings.server.log_json)
+        from kb_bridge.stdio import run_stdio
+
+        run_stdio(settings)
+        return 0
+    if args.command == "tools":
+        return _tools(settings, args.json)
+    if args.command == "check":
+        from kb_bridge.check import run_check
+
+        return run_check(settings, as_json=args.json)
+    if args.command == "demo":
+        from kb_bridge.demo import run_demo
+
+        return run_demo(args)
+    raise AssertionError(args.command)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Flags become the environment variables the one settings reader reads.
+    if args.bind:
+        os.environ["KB_BIND"] = args.bind
+    if args.workers:
+        os.environ["KB_WORKERS"] = str(args.workers)
+    try:
+        load_settings()  # fail here, readably, rather than inside gunicorn's master
+    except SettingsError as exc:
+        print(f"kb-bridge: configuration error: {exc}", file=sys.stderr)
+        return 2
+    argv = [sys.executable, "-m", "gunicorn", "-c", GUNICORN_CONFIG, ASGI_APP]
+    # exec: gunicorn takes this process's place (PID 1 in a container gets the signals).
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
+def _tools(settings: Settings, as_json: bool) -> int:
+    from kb_bridge import tools
+    from kb_bridge.mcp_server import to_mcp_tool
+
+    listed = [to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True) for spec in tools.select(settings.mcp)]
+    if as_json:
+        print(json.dumps({"tools": listed}, indent=2))
+        return 0
+    total = len(json.dumps({"tools": listed}))
+    for tool in listed:
+        size = len(json.dumps(tool))
+        hints = tool.get("annotations", {})
+        kind = "read-only" if hints.get("readOnlyHint") else ("destructive" if hints.get("destructiveHint") else "writes")
+        print(f"{tool['name']:<20} {size:>6} chars  ~{size // 4:>5} tokens  {kind}")
+    print(f"{'tools/list total':<20} {total:>6} chars  ~{total // 4:>5} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""gunicorn settings for kb-bridge, all derived from the one settings reader.
+
+Used by `gunicorn -c gunicorn.conf.py kb_bridge.asgi:app` (the top-level gunicorn.conf.py
+imports this module) and by `kb-bridge serve`. gunicorn executes a config file when it starts,
+which is the process start: the right moment to read settings and configure logging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kb_bridge.logs import configure_logging
+from kb_bridge.settings import load_settings
+
+_settings = load_settings()
+
+# Loopback unless KB_BIND says otherwise (no auth configured is warned about at start-up).
+bind = [_settings.server.bind]
+workers = _settings.server.workers
+# gunicorn's native ASGI worker: the MCP transport is async, tool handlers run on each worker's
+# bounded thread pool (KB_THREAD_POOL_SIZE). Measured faster than sync/gthread + an adapter.
+worker_class = "asgi"
+# Run the app's lifespan (MCP session manager, thread pool, upload sweeper) and fail loudly
+# if it cannot start.
+asgi_lifespan = "on"
+# Longer than the worst case of one engine call with every retry, so gunicorn never kills a
+# worker that is only waiting for a slow engine (reliability checklist 38).
+timeout = int(max(60.0, _settings.engine.call_budget() + 30))
+# On SIGTERM, in-flight calls get this long to finish before workers are stopped.
+graceful_timeout = int(_settings.server.graceful_timeout)
+# A little longer than typical proxy keep-alive, so the proxy closes idle connections first.
+keepalive = 75
+# Each worker serves many slow clients at once; bounded so a flood cannot exhaust memory.
+worker_connections = 1000
+loglevel = _settings.server.log_level.lower()
+# Access lines go to stderr with the rest; no query strings (they could carry a misplaced key).
+accesslog = "-"
+access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
+errorlog = "-"
+# gunicorn's control socket lives at one fixed path per user; several bridges (or tests) on a
+# host would fight over it, and the bridge needs none of its commands.
+control_socket_disable = True
+
+
+def on_starting(server: Any) -> None:
+    configure_logging(_settings.server.log_level, _settings.server.log_json)
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    configure_logging(_settings.server.log_level, _settings.server.log_json)

@@ -1,0 +1,113 @@
+"""Real processes for end-to-end tests: free loopback ports, start, wait until ready, stop.
+
+Everything binds 127.0.0.1, waits by polling with a deadline (never a bare sleep), and is
+stopped by the test that started it, with its log shown if it failed to come up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def clean_env(overrides: Mapping[str, str]) -> dict[str, str]:
+    """The test process's environment without any KB_* setting, plus `overrides`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KB_")}
+    env.update(overrides)
+    return env
+
+
+class Service:
+    """A started server process with its log file."""
+
+    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], log_path: Path, url: str) -> None:
+        self.name = name
+        self.url = url
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.process = subprocess.Popen(
+            argv, env=dict(env), cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def wait_ready(self, path: str = "/healthz", timeout: float = 60.0) -> Service:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log()}")
+            return http_ok(self.url + path)
+
+        try:
+            wait_until(ready, timeout, what=f"{self.name} at {self.url}{path}")
+        except TimeoutError:
+            self.stop()
+            raise TimeoutError(f"{self.name} did not become ready:\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-8000:]
+
+    def signal(self, sig: int) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+        self._log.close()
+        return self.process.returncode
+
+
+def start_bridge(tmp: Path, env: Mapping[str, str], workers: int = 2, port: int | None = None) -> Service:
+    """kb-bridge exactly as documented: gunicorn -c gunicorn.conf.py kb_bridge.asgi:app."""
+    port = port or free_port()
+    full_env = clean_env({"KB_BIND": f"127.0.0.1:{port}", "KB_WORKERS": str(workers), **env})
+    full_env.setdefault("KB_UPLOAD_DIR", str(tmp / "uploads"))
+    argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "kb_bridge.asgi:app"]
+    log = tmp / f"bridge-{port}.log"
+    return Service("kb-bridge", argv, full_env, log, f"http://127.0.0.1:{port}").wait_ready()
+
+
+def start_engine(tmp: Path, data: Path, env: Mapping[str, str] | None = None, port: int | None = None) -> Service:
+    """The bundled local engine, as `kb-bridge engine` runs it."""
+    port = port or free_port()
+    full_env = clean_env(dict(env or {}))
+    argv = [sys.executable, "-m", "kb_bridge", "engine", "--data", str(data), "--bind", f"127.0.0.1:{port}"]
+    log = tmp / f"engine-{port}.log"
+    return Service("local engine", argv, full_env, log, f"http://127.0.0.1:{port}").wait_ready(timeout=120)

@@ -1,0 +1,164 @@
+"""The /mcp door of a real gunicorn bridge: auth, DNS-rebinding guard, protocol and body checks
+(reliability checklist 1-11). The engine is down here: none of this may depend on it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.e2e.mcp_client import connect
+from tests.e2e.processes import Service, free_port, start_bridge
+
+TOKEN = "agent-token-0123456789abcdef"
+ENGINE_KEY = "engine-key-0123456789abcdef"
+INIT = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    tmp = tmp_path_factory.mktemp("door")
+    env = {
+        "KB_MCP_API_KEY": TOKEN,
+        "KB_API_KEY": ENGINE_KEY,
+        "KB_ENGINE_URL": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        "KB_ENGINE_RETRIES": "1",
+        "KB_MCP_MAX_BODY_BYTES": str(4 * 1024 * 1024),
+    }
+    service = start_bridge(tmp, env)
+    yield service
+    service.stop()
+
+
+def post(bridge: Service, payload: object = INIT, headers: dict[str, str] | None = None, path: str = "/mcp") -> requests.Response:
+    merged = {**HEADERS, "Authorization": f"Bearer {TOKEN}", **(headers or {})}
+    data = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
+    return requests.post(bridge.url + path, data=data, headers={k: v for k, v in merged.items() if v is not None}, timeout=10)
+
+
+def test_1_no_authorization_is_401_with_challenge(bridge: Service) -> None:
+    response = post(bridge, headers={"Authorization": None})  # type: ignore[dict-item]
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("value", ["Bearer wrong-token-0123456789", "Bearer ", "Basic dXNlcjpwYXNz", "Bearer", TOKEN])
+def test_2_wrong_or_malformed_credentials_are_401(bridge: Service, value: str) -> None:
+    assert post(bridge, headers={"Authorization": value}).status_code == 401
+
+
+def test_2_scheme_is_case_insensitive(bridge: Service) -> None:
+    assert post(bridge, headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+
+
+def test_3_non_ascii_token_is_401_not_500(bridge: Service) -> None:
+    host, port = bridge.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = json.dumps(INIT).encode()
+    conn.putrequest("POST", "/mcp")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Accept", "application/json, text/event-stream")
+    conn.putheader("Authorization", "Bearer t\u00f6k\u00e9n-\u2603".encode("utf-8"))  # raw non-ASCII bytes
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders(body)
+    assert conn.getresponse().status == 401
+
+
+def test_4_key_in_query_string_is_401(bridge: Service) -> None:
+    assert post(bridge, headers={"Authorization": None}, path=f"/mcp?api_key={TOKEN}").status_code == 401  # type: ignore[dict-item]
+
+
+def test_5_the_engine_key_does_not_open_the_bridge(bridge: Service) -> None:
+    assert post(bridge, headers={"Authorization": f"Bearer {ENGINE_KEY}"}).status_code == 401
+
+
+@pytest.mark.parametrize(("origin", "status"), [("https://evil.example", 403), ("null", 403), (None, 200)])
+def test_6_origin_is_checked(bridge: Service, origin: str | None, status: int) -> None:
+    assert post(bridge, headers={"Origin": origin}).status_code == status  # type: ignore[dict-item]
+
+
+def test_6_allow_listed_origin_is_accepted(bridge: Service) -> None:
+    port = bridge.url.rsplit(":", 1)[1]
+    assert post(bridge, headers={"Origin": f"http://localhost:{port}"}).status_code == 200
+
+
+def test_7_host_not_allowed_is_421(bridge: Service) -> None:
+    assert post(bridge, headers={"Host": "evil.example"}).status_code == 421
+
+
+def test_8_unknown_protocol_version_header_is_400(bridge: Service) -> None:
+    assert post(bridge, headers={"MCP-Protocol-Version": "1999-01-01"}).status_code == 400
+
+
+def test_9_non_json_content_type_is_rejected(bridge: Service) -> None:
+    assert post(bridge, headers={"Content-Type": "text/plain"}).status_code in (400, 415)
+
+
+def test_9_invalid_json_is_a_parse_error(bridge: Service) -> None:
+    response = post(bridge, payload=b"{not json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700
+
+
+def test_9_batch_is_rejected(bridge: Service) -> None:
+    response = post(bridge, payload=[INIT, INIT])
+    assert response.status_code == 400
+
+
+def test_10_oversized_body_is_413_with_content_length(bridge: Service) -> None:
+    assert post(bridge, payload=b"x" * (4 * 1024 * 1024 + 1)).status_code == 413
+
+
+def test_10_oversized_chunked_body_is_413(bridge: Service) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(5):
+            yield b"x" * (1024 * 1024)
+
+    response = requests.post(
+        bridge.url + "/mcp", data=chunks(), timeout=10,
+        headers={**HEADERS, "Authorization": f"Bearer {TOKEN}"},
+    )
+    assert response.status_code == 413
+
+
+def test_healthz_is_public_and_readyz_reports_the_engine_down(bridge: Service) -> None:
+    assert requests.get(bridge.url + "/healthz", timeout=5).json()["ok"] is True
+    ready = requests.get(bridge.url + "/readyz", timeout=10)
+    assert ready.status_code == 503 and ready.json()["engine"]["reachable"] is False
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("era", ["legacy", "auto"])
+async def test_engine_unreachable_bridge_serves_and_tools_say_so(bridge: Service, era: str) -> None:
+    async with connect(bridge.url, TOKEN, era) as client:
+        assert {t.name for t in (await client.list_tools()).tools} >= {"kb_search", "kb_addnote"}
+        result = await client.call_tool("kb_search", {"query": "anything"})
+    assert result.is_error
+    assert result.structured_content["error"]["code"] == "ENGINE_UNAVAILABLE"
+    assert "127.0.0.1" not in result.content[0].text  # no URL, no key, no trace
+
+
+def test_4_no_log_line_contains_a_key(bridge: Service) -> None:
+    log = bridge.log()
+    assert "mcp_tool" in log  # the log did record the calls above
+    assert TOKEN not in log and ENGINE_KEY not in log
+
+
+def test_11_without_a_key_the_default_bind_is_loopback_and_a_warning_is_logged(tmp_path: Path) -> None:
+    from kb_bridge.settings import load_settings
+
+    assert load_settings({}).server.bind.startswith("127.0.0.1:")
+    service = start_bridge(tmp_path, {"KB_ENGINE_URL": f"http://127.0.0.1:{free_port()}"}, workers=1)
+    try:
+        assert post(service, headers={"Authorization": None}).status_code == 200  # type: ignore[dict-item]
+    finally:
+        service.stop()
+    assert "KB_MCP_API_KEY is not set" in service.log_path.read_text()

@@ -1,0 +1,93 @@
+"""Settings: read once from the environment, validated, errors naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_bridge.errors import SettingsError
+from kb_bridge.settings import Secret, load_settings
+
+KEY = "agent-token-0123456789abcdef"
+
+
+def test_defaults_are_safe() -> None:
+    settings = load_settings({})
+    assert settings.engine.url == "http://127.0.0.1:8000"
+    assert settings.server.bind == "127.0.0.1:8765"
+    assert not settings.mcp.auth_enabled
+    assert settings.uploads.ttl_seconds == 600 and settings.uploads.max_bytes == 512 * 1024 * 1024
+
+
+def test_every_documented_variable_is_read() -> None:
+    settings = load_settings({
+        "KB_ENGINE_URL": "http://engine:8000/", "KB_API_KEY": "secret", "KB_MCP_API_KEY": f"{KEY},{KEY}x",
+        "KB_MCP_ALLOWED_HOSTS": "kb.example.com, 127.0.0.1:*", "KB_MCP_ALLOWED_ORIGINS": "https://app.example.com",
+        "KB_UPLOAD_DIR": "/var/kb", "KB_ENGINE_TIMEOUT": "12.5", "KB_ENGINE_RETRIES": "5",
+        "KB_THREAD_POOL_SIZE": "16", "KB_MCP_READ_ONLY": "yes", "KB_MCP_TOOLS": "kb_search,kb_get",
+    })
+    assert settings.engine.url == "http://engine:8000"
+    assert settings.engine.api_key == Secret("secret")
+    assert len(settings.mcp.api_keys) == 2
+    assert settings.mcp.allowed_hosts == ("kb.example.com", "127.0.0.1:*")
+    assert settings.mcp.allowed_origins == ("https://app.example.com",)
+    assert settings.uploads.dir == "/var/kb"
+    assert settings.engine.read_timeout == 12.5 and settings.engine.retry_attempts == 5
+    assert settings.mcp.thread_pool_size == 16 and settings.mcp.read_only and settings.mcp.tools == ("kb_search", "kb_get")
+
+
+@pytest.mark.parametrize(
+    ("environ", "variable"),
+    [
+        ({"KB_ENGINE_URL": "ftp://x"}, "KB_ENGINE_URL"),
+        ({"KB_ENGINE_URL": "http://x/?a=1"}, "KB_ENGINE_URL"),
+        ({"KB_ENGINE_TIMEOUT": "soon"}, "KB_ENGINE_TIMEOUT"),
+        ({"KB_ENGINE_RETRIES": "0"}, "KB_ENGINE_RETRIES"),
+        ({"KB_THREAD_POOL_SIZE": "-1"}, "KB_THREAD_POOL_SIZE"),
+        ({"KB_MCP_READ_ONLY": "perhaps"}, "KB_MCP_READ_ONLY"),
+        ({"KB_MCP_API_KEY": "short"}, "KB_MCP_API_KEY"),
+        ({"KB_MCP_API_KEY": KEY, "KB_API_KEY": KEY}, "KB_MCP_API_KEY"),
+        ({"KB_BIND": "nowhere"}, "KB_BIND"),
+        ({"KB_LOG_LEVEL": "LOUD"}, "KB_LOG_LEVEL"),
+        ({"KB_UPLOAD_MAX_CHUNK_BYTES": str(8 * 1024 * 1024)}, "KB_UPLOAD_MAX_CHUNK_BYTES"),
+        ({"KB_UPLOAD_STORE": "memcached://x"}, "KB_UPLOAD_STORE"),
+    ],
+)
+def test_bad_values_name_the_variable(environ: dict[str, str], variable: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(environ)
+    assert caught.value.variable == variable
+    assert str(caught.value).startswith(variable)
+
+
+def test_secrets_never_show_in_repr() -> None:
+    settings = load_settings({"KB_API_KEY": "engine-secret", "KB_MCP_API_KEY": KEY})
+    assert "engine-secret" not in repr(settings) and KEY not in repr(settings)
+    assert KEY not in str(settings.mcp.api_keys)
+
+
+def test_unknown_tool_in_allow_list_is_a_settings_error() -> None:
+    from kb_bridge import tools
+
+    with pytest.raises(SettingsError, match="kb_nope"):
+        tools.select(load_settings({"KB_MCP_TOOLS": "kb_search,kb_nope"}).mcp)
+
+
+def test_read_only_mode_registers_no_write_tools() -> None:
+    from kb_bridge import tools
+
+    selected = tools.select(load_settings({"KB_MCP_READ_ONLY": "true"}).mcp)
+    assert selected and all(tool.read_only for tool in selected)
+    assert "kb_addnote" not in {tool.name for tool in selected}
+
+
+def test_gunicorn_worker_timeout_exceeds_the_engine_budget() -> None:
+    """Checklist 38: a worker waiting on a slow engine through every retry is never killed."""
+    import subprocess
+    import sys
+
+    env = {"KB_ENGINE_TIMEOUT": "100", "KB_ENGINE_RETRIES": "4", "KB_ENGINE_RETRY_MAX_WAIT": "5"}
+    code = "import kb_bridge.gunicorn_config as g; print(g.timeout)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    budget = load_settings(env).engine.call_budget()
+    assert budget >= 4 * 100
+    assert int(out) > budget

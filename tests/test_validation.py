@@ -1,0 +1,94 @@
+"""Tool arguments are validated before any engine call; errors name the field (checklist 12-15)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import responses
+from mcp import Client
+
+from kb_bridge import tools
+from kb_bridge.errors import InvalidArgument
+from kb_bridge.validation import ArgumentValidator
+from tests.conftest import API
+
+pytestmark = pytest.mark.anyio
+
+SEARCH = ArgumentValidator(next(t for t in tools.ALL_TOOLS if t.name == "kb_search").input_schema)
+CHUNK = ArgumentValidator(next(t for t in tools.ALL_TOOLS if t.name == "kb_upload_chunk").input_schema)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field", "words"),
+    [
+        ({}, "query", "required"),
+        ({"query": ""}, "query", "empty"),
+        ({"query": "x", "top": 0}, "top", "at least 1"),
+        ({"query": "x", "top": 10000}, "top", "at most 50"),
+        ({"query": "x", "top": 1.5}, "top", "an integer"),
+        ({"query": "x", "top": True}, "top", "an integer"),
+        ({"query": "x", "top": "3"}, "top", "an integer"),
+        ({"query": "x", "tags": "email"}, "tags", "a list"),
+        ({"query": "x", "tags": ["ok", 3]}, "tags[1]", "a string"),
+        ({"query": "x", "mode": "magic"}, "mode", "one of"),
+        ({"query": "x", "collection": "Bad Name"}, "collection", "not allowed"),
+        ({"query": "x", "surprise": 1}, "surprise", "not an argument"),
+    ],
+)
+def test_bad_search_arguments_name_the_field(arguments: dict, field: str, words: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        SEARCH.check(arguments)
+    assert caught.value.details["field"] == field
+    assert words in caught.value.message
+
+
+@pytest.mark.parametrize("index", ["1", -1, 1.5, True, 10**12])
+def test_bad_chunk_index_is_rejected(index: object) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        CHUNK.check({"upload_id": "a" * 32, "data": "QQ==", "chunk_index": index})
+    assert caught.value.details["field"] == "chunk_index"
+
+
+def test_messages_never_echo_the_value() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        SEARCH.check({"query": "x" * 5000})
+    assert "xxxx" not in caught.value.message
+
+
+def test_huge_inputs_are_rejected_fast() -> None:
+    started = time.perf_counter()
+    for arguments in ({"query": "q" * 1_000_000}, {"query": "x", "tags": [1] * 100_000}):
+        with pytest.raises(InvalidArgument):
+            SEARCH.check(arguments)
+    assert time.perf_counter() - started < 1.0
+
+
+async def test_invalid_arguments_never_reach_the_engine(client: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/search", json={"results": []})
+    result = await client.call_tool("kb_search", {"query": "x", "top": 0})
+    assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert result.structured_content["error"]["field"] == "top"
+    assert not engine.calls
+
+
+@pytest.mark.parametrize("document_id", ["../1", "1/../../x", "1?x=", "%2F", 0, -3])
+async def test_document_id_that_could_steer_a_path_is_rejected(client: Client, engine: responses.RequestsMock, document_id: object) -> None:
+    result = await client.call_tool("kb_get", {"document_id": document_id})
+    assert result.is_error and result.structured_content["error"]["field"] == "document_id"
+    assert not engine.calls
+
+
+async def test_unknown_tool_is_a_protocol_error_naming_it(client: Client) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError) as caught:
+        await client.call_tool("kb_nope", {})
+    assert "kb_nope" in str(caught.value)
+
+
+async def test_kb_get_needs_exactly_one_selector(client: Client, engine: responses.RequestsMock) -> None:
+    for arguments in ({}, {"document_id": 1, "source_path": "a"}):
+        result = await client.call_tool("kb_get", arguments)
+        assert result.is_error and "exactly one" in result.structured_content["error"]["message"]
+    assert not engine.calls
