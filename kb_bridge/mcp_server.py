@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from kb_bridge import __version__, tools
 from kb_bridge.errors import KbError
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools.spec import ProgressFn, ToolContext, ToolSpec, no_progress
+from kb_bridge.tools.spec import ProgressFn, ToolContext, ToolSpec
 from kb_bridge.validation import ArgumentValidator
 
 logger = logging.getLogger(__name__)
@@ -69,11 +69,6 @@ def caller_of(ctx: ServerRequestContext[Any, Any]) -> str:
     if isinstance(scope, dict):
         return str(scope.get(CALLER_SCOPE_KEY, LOCAL_CALLER))
     return LOCAL_CALLER
-
-
-def _progress_requested(ctx: ServerRequestContext[Any, Any]) -> bool:
-    meta = ctx.meta or {}
-    return meta.get("progress_token") is not None or meta.get("progressToken") is not None
 
 
 class ToolDispatcher:
@@ -128,9 +123,9 @@ class ToolDispatcher:
         self._log_outcome(spec.name, caller, started, "ok", result)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=result)
 
-    def _progress_sink(self, ctx: ServerRequestContext[Any, Any]) -> ProgressFn:
-        if not _progress_requested(ctx):
-            return no_progress
+    @staticmethod
+    def _progress_sink(ctx: ServerRequestContext[Any, Any]) -> ProgressFn:
+        # report_progress is a no-op when the client asked for no progress (no token, no callback).
         report = async_to_sync(ctx.session.report_progress)
 
         def progress(value: float, total: float | None = None, message: str | None = None) -> None:
