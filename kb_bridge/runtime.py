@@ -25,7 +25,7 @@ def make_upload_store(settings: Settings) -> UploadStore:
     if settings.uploads.store_url is not None:
         from kb_bridge.uploads.redis_store import RedisStore  # optional extra: imported only when configured
 
-        return RedisStore.from_url(settings.uploads.store_url)
+        return RedisStore.from_url(settings.uploads.store_url, settings.uploads.ttl_seconds)
     return DirectoryStore(settings.uploads.dir)
 
 

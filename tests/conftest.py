@@ -6,6 +6,9 @@ end-to-end tests under tests/e2e start real processes.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -62,3 +65,43 @@ def era(request: pytest.FixtureRequest) -> str:
 async def client(bridge: Bridge, era: str) -> AsyncIterator[Client]:
     async with Client(build_server(bridge), mode=era) as connected:
         yield connected
+
+
+def require(tool: str) -> str:
+    """A program the tests need; skipped locally when missing, a failure in CI (KB_TEST_REQUIRE_ALL=1)."""
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(f"{tool} is required (install it; .ci/run does)")
+        pytest.skip(f"{tool} is not installed")
+    return path
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on a free loopback port, for the session."""
+    from tests.e2e.processes import free_port, wait_until
+
+    server = require("redis-server")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port)
+
+    def up() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    try:
+        wait_until(up, 10, what="redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -1,0 +1,259 @@
+"""The Redis upload store: uploads shared by several bridge hosts behind a load balancer.
+
+`KB_UPLOAD_STORE=redis://host:6379/0` (extra `redis`). Per upload: a metadata string, a hash
+of chunk bytes, a hash of chunk sizes, all under keys that contain the owner, so another
+caller's upload is simply absent. Every change runs as one Lua script (atomic: a duplicate
+index is compared, never interleaved; the total is checked against the declared size) and
+refreshes the TTL of all three keys: Redis's own expiry is the sweeper, and an upload in use
+is by definition not idle. While a finish streams the file out, a lock key is held and the
+TTLs are kept fresh, so a long finish cannot outlive its upload.
+
+Memory: staged bytes live in Redis memory; size Redis for KB_UPLOAD_MAX_STAGED_BYTES times the
+callers you expect (or keep the directory store on a shared volume).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from kb_bridge.errors import Conflict, InvalidArgument, KbError, LimitExceeded, StorageError, StorageFull, UploadExpired
+from kb_bridge.uploads.names import is_upload_id
+from kb_bridge.uploads.store import Progress, Upload
+
+logger = logging.getLogger(__name__)
+
+_BLOCK = 1024 * 1024
+_LOCK_MS = 30_000
+
+# KEYS: meta, chunks, sizes, lock. ARGV: index, data, ttl_ms.
+_PUT_CHUNK = """
+local meta = redis.call('GET', KEYS[1])
+if not meta then return {'missing'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'finishing'} end
+local m = cjson.decode(meta)
+if type(m['result']) == 'table' then return {'finished', tostring(m['result']['job_id'])} end
+local existing = redis.call('HGET', KEYS[2], ARGV[1])
+if existing then
+  if existing ~= ARGV[2] then return {'conflict'} end
+else
+  local total = 0
+  for _, size in ipairs(redis.call('HVALS', KEYS[3])) do total = total + tonumber(size) end
+  if total + string.len(ARGV[2]) > tonumber(m['total_size']) then return {'too_big', tostring(total + string.len(ARGV[2]))} end
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  redis.call('HSET', KEYS[3], ARGV[1], string.len(ARGV[2]))
+end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+return {'ok'}
+"""
+
+# KEYS: owner set. ARGV: key prefix for the owner's uploads, new id, meta json, ttl_ms,
+# max uploads, max staged bytes, new total size.
+_CREATE = """
+local active, reserved = 0, 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local meta = redis.call('GET', ARGV[1] .. id .. ':meta')
+  if not meta then
+    redis.call('SREM', KEYS[1], id)
+  else
+    local m = cjson.decode(meta)
+    if type(m['result']) ~= 'table' then
+      active = active + 1
+      reserved = reserved + tonumber(m['total_size'])
+    end
+  end
+end
+if active >= tonumber(ARGV[5]) then return {'uploads', tostring(active)} end
+if reserved + tonumber(ARGV[7]) > tonumber(ARGV[6]) then return {'staged_bytes', tostring(reserved)} end
+redis.call('SET', ARGV[1] .. ARGV[2] .. ':meta', ARGV[3], 'PX', ARGV[4])
+redis.call('SADD', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4] * 2)
+return {'ok'}
+"""
+
+# KEYS: lock. ARGV: token.
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: meta, chunks, sizes. ARGV: ttl_ms.
+_TOUCH = """
+for i = 1, 3 do if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end end
+return 1
+"""
+
+
+class RedisStore:
+    def __init__(self, client: redis.Redis, ttl_seconds: float, prefix: str = "kb-bridge") -> None:
+        self._redis = client
+        self._ttl_ms = int(ttl_seconds * 1000)
+        self._prefix = prefix
+        self._put_chunk = client.register_script(_PUT_CHUNK)
+        self._create = client.register_script(_CREATE)
+        self._unlock = client.register_script(_UNLOCK)
+        self._touch = client.register_script(_TOUCH)
+
+    @classmethod
+    def from_url(cls, url: str, ttl_seconds: float) -> RedisStore:
+        return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30), ttl_seconds)
+
+    # --- keys ------------------------------------------------------------------------------------
+
+    def _base(self, owner: str) -> str:
+        return f"{self._prefix}:u:{owner}:"
+
+    def _keys(self, upload_id: str, owner: str) -> tuple[str, str, str, str]:
+        if not is_upload_id(upload_id):
+            raise UploadExpired()
+        base = self._base(owner) + upload_id
+        return f"{base}:meta", f"{base}:chunks", f"{base}:sizes", f"{base}:lock"
+
+    # --- the interface ---------------------------------------------------------------------------------
+
+    def create(self, upload: Upload, max_uploads: int, max_staged_bytes: int) -> None:
+        with _redis_errors():
+            outcome = self._create(
+                keys=[f"{self._prefix}:o:{upload.owner}"],
+                args=[
+                    self._base(upload.owner), upload.upload_id, json.dumps(upload.to_json()), self._ttl_ms,
+                    max_uploads, max_staged_bytes, upload.total_size,
+                ],
+            )
+        verdict = outcome[0].decode()
+        if verdict == "uploads":
+            raise LimitExceeded(
+                f"you have {int(outcome[1])} uploads in progress (the limit is {max_uploads}); finish them or let them expire",
+                limit="uploads", in_progress=int(outcome[1]),
+            )
+        if verdict == "staged_bytes":
+            raise LimitExceeded(
+                f"uploads in progress already reserve {int(outcome[1])} bytes; this one would pass the "
+                f"limit of {max_staged_bytes} bytes per caller", limit="staged_bytes",
+            )
+
+    def get(self, upload_id: str, owner: str) -> Upload:
+        meta_key = self._keys(upload_id, owner)[0]
+        with _redis_errors():
+            raw = self._redis.get(meta_key)
+        if raw is None:
+            raise UploadExpired()
+        return Upload.from_json(json.loads(raw))
+
+    def progress(self, upload_id: str, owner: str) -> Progress:
+        meta_key, _, sizes_key, _ = self._keys(upload_id, owner)
+        with _redis_errors():
+            pipe = self._redis.pipeline()
+            pipe.hgetall(sizes_key)
+            pipe.pttl(meta_key)
+            sizes, ttl_left = pipe.execute()
+        if ttl_left < 0:
+            raise UploadExpired()
+        last_activity = time.time() - (self._ttl_ms - ttl_left) / 1000
+        return Progress(chunks={int(k): int(v) for k, v in sizes.items()}, last_activity=last_activity)
+
+    def put_chunk(self, upload_id: str, owner: str, index: int, data: bytes) -> Progress:
+        keys = self._keys(upload_id, owner)
+        with _redis_errors():
+            outcome = self._put_chunk(keys=list(keys), args=[str(index), data, self._ttl_ms])
+        verdict = outcome[0].decode()
+        if verdict == "missing":
+            raise UploadExpired()
+        if verdict == "finishing":
+            raise Conflict("this upload is being finished right now; check it with kb_upload_status")
+        if verdict == "finished":
+            raise Conflict("this upload is already finished", job_id=int(outcome[1]))
+        if verdict == "conflict":
+            raise Conflict(
+                f"chunk {index} was already received with different bytes; start a new upload if the file changed",
+                chunk_index=index,
+            )
+        if verdict == "too_big":
+            upload = self.get(upload_id, owner)
+            raise InvalidArgument(
+                "data", f"this chunk would bring the upload to {int(outcome[1])} bytes, more than total_size {upload.total_size}"
+            )
+        return self.progress(upload_id, owner)
+
+    @contextmanager
+    def finishing(self, upload_id: str, owner: str) -> Iterator[Upload]:
+        meta_key, chunks_key, sizes_key, lock_key = self._keys(upload_id, owner)
+        token = secrets.token_hex(16)
+        with _redis_errors():
+            # Another host may be finishing this upload: wait for it (its result will be ours).
+            while not self._redis.set(lock_key, token, nx=True, px=_LOCK_MS):
+                if not self._redis.exists(meta_key):
+                    raise UploadExpired()
+                time.sleep(0.1)
+        stop = threading.Event()
+        keeper = threading.Thread(
+            target=self._keep_alive, args=(stop, [meta_key, chunks_key, sizes_key], lock_key, token), daemon=True
+        )
+        keeper.start()
+        try:
+            yield self.get(upload_id, owner)
+        finally:
+            stop.set()
+            keeper.join()
+            with _redis_errors():
+                self._unlock(keys=[lock_key], args=[token])
+
+    def _keep_alive(self, stop: threading.Event, keys: list[str], lock_key: str, token: str) -> None:
+        """While a finish runs, keep the upload and its lock from expiring."""
+        while not stop.wait(min(_LOCK_MS / 3000, self._ttl_ms / 3000)):
+            try:
+                self._touch(keys=keys, args=[self._ttl_ms])
+                if self._redis.get(lock_key) == token.encode():
+                    self._redis.pexpire(lock_key, _LOCK_MS)
+            except redis.RedisError:
+                logger.warning("could not refresh an upload being finished; Redis unreachable")
+
+    def read_chunks(self, upload_id: str, owner: str, count: int) -> Iterator[bytes]:
+        chunks_key = self._keys(upload_id, owner)[1]
+        for index in range(count):
+            with _redis_errors():
+                data = self._redis.hget(chunks_key, str(index))
+            if data is None:
+                raise UploadExpired()
+            view = memoryview(data)
+            for start in range(0, len(view), _BLOCK):
+                yield bytes(view[start : start + _BLOCK])
+
+    def mark_finished(self, upload_id: str, owner: str, result: dict[str, Any]) -> None:
+        meta_key, chunks_key, sizes_key, _ = self._keys(upload_id, owner)
+        upload = self.get(upload_id, owner)
+        upload.result = result
+        with _redis_errors():
+            pipe = self._redis.pipeline()
+            pipe.set(meta_key, json.dumps(upload.to_json()), px=self._ttl_ms)
+            pipe.delete(chunks_key, sizes_key)
+            pipe.execute()
+
+    def sweep(self, ttl_seconds: float, now: float | None = None) -> int:
+        """Nothing to do: Redis expires idle uploads itself (their keys carry the TTL)."""
+        return 0
+
+
+@contextmanager
+def _redis_errors() -> Iterator[None]:
+    """Translate Redis failures once: out of memory is STORAGE_FULL, the rest STORAGE_ERROR."""
+    try:
+        yield
+    except KbError:
+        raise
+    except redis.ResponseError as exc:
+        if "OOM" in str(exc):
+            raise StorageFull() from None
+        logger.error("upload store (Redis) refused a command: %s", type(exc).__name__)
+        raise StorageError() from None
+    except redis.RedisError as exc:
+        logger.error("upload store (Redis) unreachable: %s", type(exc).__name__)
+        raise StorageError("the upload store is unreachable; try again shortly") from None

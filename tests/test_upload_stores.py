@@ -1,0 +1,149 @@
+"""The upload store contract, run against both stores: the directory store and a real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kb_bridge.errors import Conflict, InvalidArgument, LimitExceeded, NotFound
+from kb_bridge.uploads.directory import DirectoryStore
+from kb_bridge.uploads.names import new_upload_id
+from kb_bridge.uploads.store import Upload, UploadStore
+from tests.e2e.processes import wait_until
+
+OWNER = "owner-a"
+
+
+@pytest.fixture(params=["directory", "redis"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest, ttl: float = 600) -> UploadStore:
+    if kind == "directory":
+        return DirectoryStore(str(tmp_path / "staging"))
+    from kb_bridge.uploads.redis_store import RedisStore
+
+    store = RedisStore.from_url(request.getfixturevalue("redis_url"), ttl)
+    store._redis.flushdb()  # noqa: SLF001 - each test starts from an empty store
+    return store
+
+
+@pytest.fixture
+def store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> UploadStore:
+    return make_store(store_kind, tmp_path, request)
+
+
+def new_upload(store: UploadStore, size: int = 9, owner: str = OWNER) -> str:
+    upload_id = new_upload_id()
+    store.create(Upload(upload_id, owner, "f.txt", size, ["collection:documents"], "documents"), 100, 10**9)
+    return upload_id
+
+
+def test_create_get_and_ownership(store: UploadStore) -> None:
+    upload_id = new_upload(store)
+    assert store.get(upload_id, OWNER).filename == "f.txt"
+    with pytest.raises(NotFound):
+        store.get(upload_id, "owner-b")
+    with pytest.raises(NotFound):
+        store.get("../" + upload_id, OWNER)
+
+
+def test_chunks_are_idempotent_checked_and_read_in_order(store: UploadStore) -> None:
+    upload_id = new_upload(store)
+    store.put_chunk(upload_id, OWNER, 1, b"def")
+    store.put_chunk(upload_id, OWNER, 0, b"abc")
+    assert store.put_chunk(upload_id, OWNER, 0, b"abc").received_bytes == 6
+    with pytest.raises(Conflict):
+        store.put_chunk(upload_id, OWNER, 0, b"xyz")
+    with pytest.raises(InvalidArgument):
+        store.put_chunk(upload_id, OWNER, 2, b"ghij")  # 10 bytes > total 9
+    store.put_chunk(upload_id, OWNER, 2, b"ghi")
+    assert store.progress(upload_id, OWNER).chunks == {0: 3, 1: 3, 2: 3}
+    assert b"".join(store.read_chunks(upload_id, OWNER, 3)) == b"abcdefghi"
+
+
+def test_concurrent_duplicates_never_interleave(store: UploadStore) -> None:
+    upload_id = new_upload(store, size=2 * 1024 * 1024)
+    variants = [bytes([i]) * (2 * 1024 * 1024) for i in range(6)]
+    outcomes: list[str] = []
+
+    def put(data: bytes) -> None:
+        try:
+            store.put_chunk(upload_id, OWNER, 0, data)
+            outcomes.append("ok")
+        except Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=put, args=(v,)) for v in variants]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert b"".join(store.read_chunks(upload_id, OWNER, 1)) in variants
+    assert sorted(outcomes) == ["conflict"] * 5 + ["ok"]
+
+
+def test_finish_result_is_remembered_and_blocks_late_chunks(store: UploadStore) -> None:
+    upload_id = new_upload(store, size=3)
+    store.put_chunk(upload_id, OWNER, 0, b"abc")
+    with store.finishing(upload_id, OWNER) as upload:
+        assert upload.result is None
+        store.mark_finished(upload_id, OWNER, {"job_id": 5})
+    assert store.get(upload_id, OWNER).result == {"job_id": 5}
+    with pytest.raises(Conflict):
+        store.put_chunk(upload_id, OWNER, 0, b"abc")
+
+
+def test_no_chunk_lands_while_finishing(store: UploadStore) -> None:
+    upload_id = new_upload(store, size=6)
+    store.put_chunk(upload_id, OWNER, 0, b"abc")
+    errors: list[BaseException] = []
+    with store.finishing(upload_id, OWNER):
+        writer = threading.Thread(target=lambda: _capture(errors, store.put_chunk, upload_id, OWNER, 1, b"def"))
+        writer.start()
+        writer.join(0.5)  # the directory store makes it wait for the lock; Redis refuses at once
+        store.mark_finished(upload_id, OWNER, {"job_id": 1})
+    writer.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], Conflict)
+
+
+def _capture(errors: list[BaseException], fn, *args) -> None:  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001
+        errors.append(exc)
+
+
+def test_per_owner_limits(store: UploadStore) -> None:
+    for _ in range(2):
+        store.create(Upload(new_upload_id(), OWNER, "f.txt", 40, [], "documents"), 2, 100)
+    with pytest.raises(LimitExceeded):
+        store.create(Upload(new_upload_id(), OWNER, "f.txt", 1, [], "documents"), 2, 100)
+    with pytest.raises(LimitExceeded):
+        store.create(Upload(new_upload_id(), OWNER, "f.txt", 30, [], "documents"), 5, 100)
+    store.create(Upload(new_upload_id(), "owner-b", "f.txt", 40, [], "documents"), 2, 100)  # others unaffected
+
+
+def test_redis_expires_idle_uploads_but_not_one_being_finished(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    store = make_store("redis", tmp_path, request, ttl=1.0)
+    idle = new_upload(store)
+    busy = new_upload(store, size=3)
+    store.put_chunk(busy, OWNER, 0, b"abc")
+    with store.finishing(busy, OWNER):
+        wait_until(lambda: _gone(store, idle), 10, what="the idle upload to expire")
+        time.sleep(1.5)  # not synchronisation: proves the busy upload outlives its 1 s TTL while held
+        assert store.get(busy, OWNER) is not None
+        assert b"".join(store.read_chunks(busy, OWNER, 1)) == b"abc"
+
+
+def _gone(store: UploadStore, upload_id: str) -> bool:
+    try:
+        store.get(upload_id, OWNER)
+    except NotFound:
+        return True
+    return False
+
