@@ -1,0 +1,237 @@
+"""`kb-bridge demo`: the local engine and the bridge together on loopback, in one command.
+
+It keeps its state in one data directory (engine database, upload staging, logs, and the
+generated keys, so client configurations stay valid from one run to the next), loads a small
+sample corpus the first time, prints the MCP URL and copy-paste client configurations, and
+stops both processes cleanly on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import requests
+
+from kb_bridge.engine_client import EngineClient
+from kb_bridge.errors import KbError
+from kb_bridge.settings import EngineSettings, Secret
+
+SAMPLE_MARKER = ".sample-loaded"
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "kb-bridge" / "demo"
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _secret_file(path: Path) -> str:
+    """A key kept in the data directory (mode 0600), made the first time."""
+    if path.exists():
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(32)
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited while starting")
+        try:
+            if requests.get(url, timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not answer at {url} within {timeout:.0f}s")
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.data = Path(args.data) if args.data else default_data_dir()
+        self.port = args.port
+        self.engine_port = args.engine_port
+        self.load_sample = not args.no_sample
+        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def run(self) -> int:
+        for port in (self.engine_port, self.port):
+            if not _port_free(port):
+                say(f"kb-bridge demo: port {port} on 127.0.0.1 is in use; choose another with --port / --engine-port")
+                return 2
+        (self.data / "logs").mkdir(parents=True, exist_ok=True)
+        self.data.chmod(0o700)
+        engine_key = _secret_file(self.data / "engine-key")
+        token = _secret_file(self.data / "mcp-token")
+        engine_url = f"http://127.0.0.1:{self.engine_port}"
+        say(f"kb-bridge demo: data in {self.data}")
+        try:
+            self._start_engine(engine_key)
+            engine = EngineClient(EngineSettings(url=engine_url, api_key=Secret(engine_key)))
+            self._wait_for_model(engine)
+            if self.load_sample and not (self.data / SAMPLE_MARKER).exists():
+                self._load_sample(engine)
+            self._start_bridge(engine_url, engine_key, token)
+        except (RuntimeError, KbError) as exc:
+            say(f"kb-bridge demo: {exc}; logs are in {self.data / 'logs'}")
+            self.stop()
+            return 1
+        self._print_connection_help(token)
+        return self._wait()
+
+    # --- processes ---------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = open(self.data / "logs" / f"{name}.log", "ab")
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append((name, process))
+        return process
+
+    def _base_env(self) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if not k.startswith("KB_")}
+
+    def _start_engine(self, engine_key: str) -> None:
+        say(f"starting the local engine on 127.0.0.1:{self.engine_port} …")
+        argv = [sys.executable, "-m", "kb_bridge.local_engine", "--data", str(self.data / "engine"),
+                "--bind", f"127.0.0.1:{self.engine_port}"]
+        process = self._spawn("engine", argv, {**self._base_env(), "KB_API_KEY": engine_key})
+        _wait_http(f"http://127.0.0.1:{self.engine_port}/healthz", process, 120, "the local engine")
+
+    def _wait_for_model(self, engine: EngineClient, timeout: float = 180) -> None:
+        """Semantic search needs the embedding model; wait for it (full-text works meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = engine.status()
+            if status.get("model") or "vector" not in (status.get("search_modes") or ["vector"]):
+                return
+            time.sleep(0.5)
+        say("the embedding model is still loading; search runs full-text until it is ready")
+
+    def _start_bridge(self, engine_url: str, engine_key: str, token: str) -> None:
+        say(f"starting kb-bridge on 127.0.0.1:{self.port} …")
+        env = {
+            **self._base_env(),
+            "KB_BIND": f"127.0.0.1:{self.port}",
+            "KB_WORKERS": "2",
+            "KB_ENGINE_URL": engine_url,
+            "KB_API_KEY": engine_key,
+            "KB_MCP_API_KEY": token,
+            "KB_UPLOAD_DIR": str(self.data / "uploads"),
+        }
+        argv = [sys.executable, "-m", "gunicorn", "-c", "python:kb_bridge.gunicorn_config", "kb_bridge.asgi:app"]
+        process = self._spawn("bridge", argv, env)
+        _wait_http(f"http://127.0.0.1:{self.port}/readyz", process, 60, "kb-bridge")
+
+    # --- the sample corpus -----------------------------------------------------------------------
+
+    def _load_sample(self, engine: EngineClient) -> None:
+        corpus = resources.files("kb_bridge") / "demo_corpus"
+        jobs = []
+        for entry in sorted((corpus / "documents").iterdir(), key=lambda e: e.name):
+            data = entry.read_bytes()
+            fields = [("title", entry.name), ("source_path", f"sample/{entry.name}"), ("tags", "collection:documents"), ("tags", "sample")]
+            job = engine.upload_file_job(entry.name, len(data), lambda d=data: [d], fields, f"demo-{entry.name}")
+            jobs.append(job["id"])
+        for entry in sorted((corpus / "memory").iterdir(), key=lambda e: e.name):
+            body = {"text": entry.read_text().strip(), "title": entry.name.removesuffix(".md"),
+                    "source_path": f"memory/{entry.name}", "tags": ["collection:memory", "sample"]}
+            jobs.append(engine.create_note_job(body, idempotency_key=f"demo-{entry.name}")["id"])
+        say(f"loading the sample corpus ({len(jobs)} documents and notes) …")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            states = [engine.get_job(job_id)["status"] for job_id in jobs]
+            if all(state in ("done", "failed") for state in states):
+                failed = states.count("failed")
+                if failed:
+                    say(f"{failed} sample document(s) failed to index; see kb_jobs")
+                (self.data / SAMPLE_MARKER).touch()
+                return
+            time.sleep(0.3)
+        raise RuntimeError("the sample corpus did not finish indexing in time")
+
+    # --- output and shutdown ---------------------------------------------------------------------------
+
+    def _print_connection_help(self, token: str) -> None:
+        url = f"http://127.0.0.1:{self.port}/mcp"
+        desktop = {
+            "mcpServers": {
+                "kb": {
+                    "command": "kb-bridge",
+                    "args": ["stdio"],
+                    "env": {"KB_ENGINE_URL": f"http://127.0.0.1:{self.engine_port}",
+                            "KB_API_KEY": (self.data / "engine-key").read_text().strip()},
+                }
+            }
+        }
+        say("")
+        say("kb-bridge is ready.")
+        say(f"  MCP URL:   {url}")
+        say(f"  Token:     {token}")
+        say("")
+        say("Claude Code:")
+        say(f'  claude mcp add --transport http kb {url} --header "Authorization: Bearer {token}"')
+        say("")
+        say("Claude Desktop (claude_desktop_config.json, stdio):")
+        say("  " + json.dumps(desktop, indent=2).replace("\n", "\n  "))
+        say("")
+        say(f"Logs: {self.data / 'logs'}. Press Ctrl-C to stop.")
+
+    def _wait(self) -> int:
+        stopping = {"now": False}
+
+        def on_signal(signum: int, frame: object) -> None:
+            stopping["now"] = True
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        while not stopping["now"]:
+            for name, process in self.processes:
+                if process.poll() is not None:
+                    say(f"kb-bridge demo: the {name} stopped unexpectedly (exit {process.returncode}); see {self.data / 'logs' / (name + '.log')}")
+                    self.stop()
+                    return 1
+            time.sleep(0.2)
+        say("stopping …")
+        self.stop()
+        say("stopped.")
+        return 0
+
+    def stop(self) -> None:
+        # The bridge first (it drains in-flight calls), then the engine.
+        for name, process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(40)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    return Demo(args).run()
