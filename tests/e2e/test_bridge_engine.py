@@ -133,24 +133,34 @@ def _worker_pids(bridge: Service, tool: str) -> set[int]:
     return pids
 
 
-async def upload_in_chunks(url: str, data: bytes, filename: str, chunk_size: int, **start: Any) -> dict[str, Any]:
-    """Every step on a fresh connection, so the steps spread over the workers."""
-    async with connect(url, TOKEN) as client:
+async def upload_in_chunks(
+    bridge: Service, data: bytes, filename: str, chunk_size: int, spread: bool = False, **start: Any
+) -> dict[str, Any]:
+    """Every step on a fresh connection, so the steps spread over the workers. With `spread`,
+    chunk 0 is resent (identical bytes are harmless) until both workers have stored a chunk."""
+    async with connect(bridge.url, TOKEN) as client:
         began = await call(client, "kb_upload_start", {"filename": filename, "total_size": len(data),
                                                         "sha256": hashlib.sha256(data).hexdigest(), **start})
-    for index, offset in enumerate(range(0, len(data), chunk_size)):
-        piece = data[offset : offset + chunk_size]
-        async with connect(url, TOKEN) as client:
+
+    async def send(index: int) -> None:
+        piece = data[index * chunk_size : (index + 1) * chunk_size]
+        async with connect(bridge.url, TOKEN) as client:
             await call(client, "kb_upload_chunk", {"upload_id": began["upload_id"], "chunk_index": index,
                                                    "data": base64.b64encode(piece).decode()})
-    async with connect(url, TOKEN) as client:
+
+    for index in range((len(data) + chunk_size - 1) // chunk_size):
+        await send(index)
+    deadline = time.monotonic() + 60
+    while spread and len(_worker_pids(bridge, "kb_upload_chunk")) < 2 and time.monotonic() < deadline:
+        await send(0)
+    async with connect(bridge.url, TOKEN) as client:
         return await call(client, "kb_upload_finish", {"upload_id": began["upload_id"]})
 
 
 async def test_upload_with_chunks_on_different_workers(bridge: Service, engine: Service) -> None:
     lines = [f"Line {i}: the quick brown fox audits ledger {i * 7919}." for i in range(4000)]
     data = "\n".join(lines).encode()
-    finished = await upload_in_chunks(bridge.url, data, "ledger.txt", 16 * 1024, collection="documents")
+    finished = await upload_in_chunks(bridge, data, "ledger.txt", 16 * 1024, spread=True, collection="documents")
     assert finished["size_bytes"] == len(data) and finished["sha256"] == hashlib.sha256(data).hexdigest()
     assert len(_worker_pids(bridge, "kb_upload_chunk")) == 2, "chunks should have been served by both workers"
     async with connect(bridge.url, TOKEN) as client:
@@ -165,7 +175,7 @@ async def test_pdf_upload_is_found_by_meaning(bridge: Service) -> None:
         "Photosynthesis in plant leaves",
         "Chlorophyll absorbs sunlight and turns carbon dioxide and water into glucose and oxygen.",
     ])
-    finished = await upload_in_chunks(bridge.url, pdf, "biology.pdf", 256, tags=["science"])
+    finished = await upload_in_chunks(bridge, pdf, "biology.pdf", 256, tags=["science"])
     async with connect(bridge.url, TOKEN) as client:
         job = await wait_for_job(client, finished["job_id"])
         found = await call(client, "kb_search", {"query": "how do green plants make food from light", "mode": "vector", "top": 3})
