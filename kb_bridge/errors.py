@@ -158,6 +158,11 @@ class EngineUnsupported(EngineFailure):
     default_message = "the kb engine does not support this operation"
 
 
+class IngestionFailed(EngineFailure):
+    code = "INGESTION_FAILED"
+    default_message = "the kb engine could not index the content"
+
+
 class OutcomeUnknown(EngineFailure):
     """A write that may or may not have happened: the agent must check before repeating it."""
 

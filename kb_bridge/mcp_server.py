@@ -45,7 +45,6 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         input_schema=spec.input_schema,
         output_schema=spec.output_schema,
         annotations=types.ToolAnnotations(
-            title=spec.title,
             read_only_hint=spec.read_only,
             destructive_hint=spec.destructive,
             idempotent_hint=spec.idempotent,

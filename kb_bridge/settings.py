@@ -97,6 +97,8 @@ class McpSettings:
     thread_pool_size: int = 32
     tools: tuple[str, ...] | None = None
     read_only: bool = False
+    # kb_addnote {wait: true} waits at most this long for the note to be indexed.
+    wait_seconds: float = 30.0
 
     @property
     def auth_enabled(self) -> bool:
@@ -282,6 +284,7 @@ def _load_mcp(env: _Env) -> McpSettings:
         thread_pool_size=env.int("KB_THREAD_POOL_SIZE", d.thread_pool_size, low=1, high=1024),
         tools=tools or None,
         read_only=env.bool("KB_MCP_READ_ONLY", d.read_only),
+        wait_seconds=env.float("KB_ADDNOTE_WAIT_SECONDS", d.wait_seconds, low=0, high=600),
     )
 
 

@@ -24,8 +24,17 @@ TAGS = {"type": "array", "items": STR}
 
 
 def obj(properties: Mapping[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    """An object schema; `required` defaults to every property (results always carry them all)."""
-    return {"type": "object", "properties": dict(properties), "required": list(properties) if required is None else required}
+    """An object schema; `required` defaults to every property (results always carry them all).
+
+    Objects that repeat inside lists (documents, chunks, jobs) pass `required=[]`: the list of
+    names would double their size in tools/list, which agents pay for in tokens, and the shaping
+    functions below always emit every field anyway.
+    """
+    schema: dict[str, Any] = {"type": "object", "properties": dict(properties)}
+    names = list(properties) if required is None else required
+    if names:
+        schema["required"] = names
+    return schema
 
 
 DOCUMENT_FIELDS: dict[str, Any] = {
@@ -40,14 +49,14 @@ DOCUMENT_FIELDS: dict[str, Any] = {
     "created_at": OPT_STR,
     "updated_at": OPT_STR,
 }
-DOCUMENT = obj(DOCUMENT_FIELDS)
+DOCUMENT = obj(DOCUMENT_FIELDS, required=[])
 FULL_DOCUMENT = obj(
     {
         **DOCUMENT_FIELDS,
         "content": OPT_STR,
         "chunks": {"type": "array", "items": obj({"id": INT, "index": INT, "text": STR})},
     },
-    required=list(DOCUMENT_FIELDS),
+    required=[],
 )
 CHUNK = obj(
     {
@@ -62,7 +71,8 @@ CHUNK = obj(
         "collection": OPT_STR,
         "tags": TAGS,
         "updated_at": OPT_STR,
-    }
+    },
+    required=[],
 )
 JOB = obj(
     {
@@ -75,7 +85,8 @@ JOB = obj(
         "created_at": OPT_STR,
         "started_at": OPT_STR,
         "finished_at": OPT_STR,
-    }
+    },
+    required=[],
 )
 
 # --- shaping ----------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ async def test_addnote_default_collection_is_documents_and_returns_job_id(client
     sent = engine.calls[0]
     assert body(sent) == {"text": "User prefers concise responses", "tags": ["collection:documents"]}
     assert sent.request.headers["Idempotency-Key"]
-    assert result.structured_content == {"job_id": 11, "status": "queued", "collection": "documents", "tags": []}
+    assert result.structured_content == {"job_id": 11, "status": "queued", "document_id": None, "collection": "documents", "tags": []}
 
 
 async def test_addnote_to_specific_collection_with_tags(client: Client, engine: responses.RequestsMock) -> None:

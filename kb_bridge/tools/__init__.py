@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from kb_bridge.errors import SettingsError
 from kb_bridge.settings import McpSettings
-from kb_bridge.tools import documents, notes, search, status, uploads
+from kb_bridge.tools import browse, documents, notes, related, search, status, uploads
 from kb_bridge.tools.spec import ToolSpec
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     *search.TOOLS,
     *notes.TOOLS,
     *documents.TOOLS,
+    *browse.TOOLS,
+    *related.TOOLS,
     *uploads.TOOLS,
     *status.TOOLS,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kb_bridge import shapes
-from kb_bridge.errors import InvalidArgument
+from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import args, render
 from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
 
@@ -46,3 +46,39 @@ TOOLS = [
         idempotent=True,
     )
 ]
+
+
+DELETE_INPUT = args.arguments({"document_id": args.DOCUMENT_ID}, required=("document_id",))
+DELETE_OUTPUT = shapes.obj({"document_id": shapes.INT, "deleted": {"type": "boolean"}})
+
+
+def delete(ctx: ToolContext, arguments: Arguments) -> Result:
+    """Deleting is idempotent in outcome: a document already gone reports deleted=false, no error."""
+    document_id = arguments["document_id"]
+    try:
+        ctx.engine.delete_document(document_id)
+    except NotFound:
+        return {"document_id": document_id, "deleted": False}
+    return {"document_id": document_id, "deleted": True}
+
+
+def render_delete(result: Result) -> str:
+    if result["deleted"]:
+        return f"Deleted document #{result['document_id']}."
+    return f"Document #{result['document_id']} does not exist (already deleted?); nothing to do."
+
+
+TOOLS.append(
+    ToolSpec(
+        name="kb_delete",
+        title="Delete a document",
+        description="Delete a document (note or file) and its chunks for good. Deleting one that is already gone is not an error.",
+        input_schema=DELETE_INPUT,
+        output_schema=DELETE_OUTPUT,
+        handler=delete,
+        render=render_delete,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
+    )
+)

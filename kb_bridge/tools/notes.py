@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 from kb_bridge import collections, shapes
-from kb_bridge.errors import Conflict, EngineUnsupported, InvalidArgument, NotANote, NotFound
+from kb_bridge.errors import Conflict, EngineUnsupported, IngestionFailed, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import args, render
 from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
 
@@ -17,11 +18,18 @@ ADDNOTE_INPUT = args.arguments(
         "collection": args.with_description(args.COLLECTION, "default: documents; use memory for agent memory"),
         "title": args.TITLE,
         "source_path": args.SOURCE_PATH,
+        "wait": args.with_description({"type": "boolean"}, "wait until the note is searchable; returns its document_id"),
     },
     required=("text",),
 )
 ADDNOTE_OUTPUT = shapes.obj(
-    {"job_id": shapes.INT, "status": shapes.STR, "collection": shapes.STR, "tags": shapes.TAGS}
+    {
+        "job_id": shapes.INT,
+        "status": shapes.STR,
+        "document_id": shapes.OPT_INT,
+        "collection": shapes.STR,
+        "tags": shapes.TAGS,
+    }
 )
 
 UPDATE_INPUT = args.arguments(
@@ -47,7 +55,31 @@ def addnote(ctx: ToolContext, arguments: Arguments) -> Result:
             body[key] = arguments[key]
     # One key per tool call: the client's retries of this call can never make two notes.
     job = shapes.job(ctx.engine.create_note_job(body, idempotency_key=str(uuid.uuid4())))
-    return {"job_id": job["id"], "status": job["status"], "collection": collection, "tags": user_tags}
+    if arguments.get("wait"):
+        job = wait_for_job(ctx, job, ctx.settings.mcp.wait_seconds)
+    return {
+        "job_id": job["id"],
+        "status": job["status"],
+        "document_id": job["document_id"],
+        "collection": collection,
+        "tags": user_tags,
+    }
+
+
+def wait_for_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Poll until the job is done (read-your-writes) or the time is up (then the job as it stands)."""
+    started = time.monotonic()
+    delay = 0.02
+    polls = 0
+    while job["status"] not in ("done", "failed") and time.monotonic() - started < timeout:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+        job = shapes.job(ctx.engine.get_job(job["id"]))
+        polls += 1
+        ctx.progress(float(polls), None, f"indexing: job {job['id']} is {job['status']}")
+    if job["status"] == "failed":
+        raise IngestionFailed(f"the note could not be indexed: {job['error'] or 'no reason given'}", job_id=job["id"])
+    return job
 
 
 def update_note(ctx: ToolContext, arguments: Arguments) -> Result:
@@ -112,8 +144,11 @@ def _move(ctx: ToolContext, document_id: int, collection: str) -> Result:
 
 def render_addnote(result: Result) -> str:
     tags = ", ".join(result["tags"]) or "-"
+    where = f"in collection {result['collection']}, tags: {tags}"
+    if result["status"] == "done":
+        return f"Note saved and indexed as document #{result['document_id']} {where}."
     return (
-        f"Note queued as job {result['job_id']} ({result['status']}) in collection {result['collection']}, tags: {tags}."
+        f"Note queued as job {result['job_id']} ({result['status']}) {where}."
         " It becomes searchable when the job is done (kb_jobs)."
     )
 

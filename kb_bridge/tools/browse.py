@@ -1,0 +1,176 @@
+"""kb_collections and kb_list: what is in the knowledge base, by collection and by metadata."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from kb_bridge import collections, shapes
+from kb_bridge.errors import InvalidArgument, NotFound
+from kb_bridge.tools import args, render
+from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+
+# doc_type counts in a collection's details; anything else is counted as "other".
+KNOWN_DOC_TYPES = ("note", "md", "txt", "pdf", "html", "docx")
+
+COLLECTION_INFO = shapes.obj(
+    {
+        "name": shapes.STR,
+        "documents": shapes.INT,
+        "by_doc_type": {"type": ["object", "null"], "additionalProperties": shapes.INT},
+        "latest_update": shapes.OPT_STR,
+    },
+    required=[],
+)
+COLLECTIONS_INPUT = args.arguments({"name": args.with_description(args.COLLECTION, "one collection's details")})
+COLLECTIONS_OUTPUT = shapes.obj({"collections": {"type": "array", "items": COLLECTION_INFO}})
+
+LIST_INPUT = args.arguments(
+    {
+        "collection": args.COLLECTION,
+        "tags": args.TAGS,
+        "doc_type": args.DOC_TYPE,
+        "source_path": args.SOURCE_PATH,
+        "updated_since": {"type": "string", "maxLength": 40, "description": "ISO-8601 date or date-time"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+        "cursor": {"type": "string", "maxLength": 200, "description": "next_cursor from the previous page"},
+    }
+)
+LIST_OUTPUT = shapes.obj(
+    {"documents": {"type": "array", "items": shapes.DOCUMENT}, "total": shapes.INT, "next_cursor": shapes.OPT_STR}
+)
+
+
+def _total(raw: dict[str, Any]) -> int:
+    total = raw.get("total")
+    return total if isinstance(total, int) else len(shapes.listed(raw, "documents"))
+
+
+def list_collections(ctx: ToolContext, arguments: Arguments) -> Result:
+    name = arguments.get("name")
+    if name is None:
+        raw = ctx.engine.list_tags(prefix=collections.PREFIX)
+        found = []
+        for tag in shapes.listed(raw, "tags"):
+            if isinstance(tag, dict) and isinstance(tag.get("name"), str) and collections.is_collection_tag(tag["name"]):
+                count = tag.get("documents")
+                found.append({
+                    "name": tag["name"][len(collections.PREFIX) :],
+                    "documents": count if isinstance(count, int) else 0,
+                    "by_doc_type": None,
+                    "latest_update": None,
+                })
+        return {"collections": sorted(found, key=lambda c: c["name"])}
+    return {"collections": [collection_details(ctx, name)]}
+
+
+def collection_details(ctx: ToolContext, name: str) -> dict[str, Any]:
+    tag = collections.tag_for(name)
+    newest = ctx.engine.list_documents([("tag", tag), ("limit", 1)])
+    total = _total(newest)
+    if total == 0:
+        raise NotFound(f"collection {name!r} has no documents")
+    docs = shapes.listed(newest, "documents")
+    by_type: dict[str, int] = {}
+    for doc_type in KNOWN_DOC_TYPES:
+        count = _total(ctx.engine.list_documents([("tag", tag), ("doc_type", doc_type), ("limit", 1)]))
+        if count:
+            by_type[doc_type] = count
+    if total - sum(by_type.values()) > 0:
+        by_type["other"] = total - sum(by_type.values())
+    latest = shapes.document(docs[0])["updated_at"] if docs else None
+    return {"name": name, "documents": total, "by_doc_type": by_type, "latest_update": latest}
+
+
+def encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, field: str = "cursor") -> int:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        offset = data["o"]
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise InvalidArgument(field, "is not a cursor this server returned") from None
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidArgument(field, "is not a cursor this server returned")
+    return offset
+
+
+def _check_timestamp(value: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ][0-9:.]+(Z|[+-]\d{2}:?\d{2})?)?", value):
+        raise InvalidArgument("updated_since", "must be an ISO-8601 date or date-time, e.g. 2026-04-01T00:00:00Z")
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument("updated_since", "is not a real date or time") from None
+    return value
+
+
+def list_documents(ctx: ToolContext, arguments: Arguments) -> Result:
+    limit = arguments.get("limit", 20)
+    offset = decode_cursor(arguments["cursor"]) if "cursor" in arguments else 0
+    params: list[tuple[str, Any]] = [("limit", limit), ("offset", offset)]
+    tags = collections.tags_with_collection(arguments.get("collection"), arguments.get("tags", []))
+    params += [("tag", tag) for tag in tags]
+    for key in ("doc_type", "source_path"):
+        if key in arguments:
+            params.append((key, arguments[key]))
+    if "updated_since" in arguments:
+        params.append(("updated_since", _check_timestamp(arguments["updated_since"])))
+    raw = ctx.engine.list_documents(params)
+    documents = [shapes.document(d) for d in shapes.listed(raw, "documents")]
+    total = _total(raw)
+    more = offset + len(documents) < total and documents
+    return {"documents": documents, "total": total, "next_cursor": encode_cursor(offset + len(documents)) if more else None}
+
+
+def render_collections(result: Result) -> str:
+    if not result["collections"]:
+        return "No collections yet."
+    lines = []
+    for c in result["collections"]:
+        line = f"- {c['name']}: {c['documents']} document(s)"
+        if c["by_doc_type"] is not None:
+            kinds = ", ".join(f"{k} {v}" for k, v in c["by_doc_type"].items())
+            line += f" ({kinds}); latest update {c['latest_update'] or '?'}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def render_list(result: Result) -> str:
+    text = render.documents(result["documents"], empty="No documents match.")
+    more = f"\nMore: pass cursor={result['next_cursor']}" if result["next_cursor"] else ""
+    return f"{len(result['documents'])} of {result['total']} document(s), newest update first:\n{text}{more}"
+
+
+TOOLS = [
+    ToolSpec(
+        name="kb_collections",
+        title="Collections",
+        description="List the collections with their document counts, or give name for one collection's "
+        "details (counts by doc_type, latest update).",
+        input_schema=COLLECTIONS_INPUT,
+        output_schema=COLLECTIONS_OUTPUT,
+        handler=list_collections,
+        render=render_collections,
+        read_only=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="kb_list",
+        title="List documents",
+        description="Browse documents by metadata (collection, tags, doc_type, source_path, updated_since), "
+        "newest update first, a page at a time (cursor). Use kb_search to find by content.",
+        input_schema=LIST_INPUT,
+        output_schema=LIST_OUTPUT,
+        handler=list_documents,
+        render=render_list,
+        read_only=True,
+        idempotent=True,
+    ),
+]

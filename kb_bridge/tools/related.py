@@ -1,0 +1,94 @@
+"""kb_related: chunks from other documents that say something similar, optionally with context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kb_bridge import shapes
+from kb_bridge.errors import Conflict, EngineUnsupported, InvalidArgument, NotFound
+from kb_bridge.tools import args, render
+from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+
+RELATED_INPUT = args.arguments(
+    {
+        "chunk_id": args.DOCUMENT_ID,
+        "document_id": args.DOCUMENT_ID,
+        "top": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5},
+        "context": {"type": "boolean", "description": "include each hit's neighbouring chunks"},
+    }
+)
+CONTEXT = {"type": ["object", "null"], "properties": {"before": shapes.OPT_STR, "after": shapes.OPT_STR}}
+RELATED_OUTPUT = shapes.obj(
+    {
+        "source": shapes.obj({"chunk_id": shapes.INT, "document_id": shapes.INT}),
+        "results": {"type": "array", "items": {**shapes.CHUNK, "properties": {**shapes.CHUNK["properties"], "context": CONTEXT}}},
+    }
+)
+
+
+def related(ctx: ToolContext, arguments: Arguments) -> Result:
+    has_chunk, has_doc = "chunk_id" in arguments, "document_id" in arguments
+    if has_chunk == has_doc:
+        raise InvalidArgument("chunk_id", "give exactly one of chunk_id or document_id")
+    chunk_id = arguments["chunk_id"] if has_chunk else _first_chunk(ctx, arguments["document_id"])
+    source = shapes.chunk(ctx.engine.get_chunk(chunk_id))
+    try:
+        raw = ctx.engine.related_chunks(chunk_id, arguments.get("top", 5))
+    except Conflict:
+        raise EngineUnsupported("related chunks need the engine's vector index, and it has none (full-text only)") from None
+    hits = [shapes.chunk(hit) for hit in shapes.listed(raw, "results")]
+    documents: dict[int, list[dict[str, Any]]] = {}
+    for hit in hits:
+        hit["context"] = _context(ctx, hit, documents) if arguments.get("context") else None
+    return {"source": {"chunk_id": source["chunk_id"], "document_id": source["document_id"]}, "results": hits}
+
+
+def _first_chunk(ctx: ToolContext, document_id: int) -> int:
+    chunks = shapes.document(ctx.engine.get_document(document_id), full=True)["chunks"]
+    if not chunks:
+        raise NotFound(f"document {document_id} has no chunks yet")
+    return int(min(chunks, key=lambda c: c["index"])["id"])
+
+
+def _context(ctx: ToolContext, hit: dict[str, Any], documents: dict[int, list[dict[str, Any]]]) -> dict[str, str | None]:
+    """The chunks just before and after a hit, from its document (fetched once per call)."""
+    document_id = hit["document_id"]
+    if document_id not in documents:
+        documents[document_id] = shapes.document(ctx.engine.get_document(document_id), full=True)["chunks"]
+    by_index = {c["index"]: c["text"] for c in documents[document_id]}
+    index = hit["chunk_index"]
+    if index is None:
+        return {"before": None, "after": None}
+    return {"before": by_index.get(index - 1), "after": by_index.get(index + 1)}
+
+
+def render_related(result: Result) -> str:
+    lines = [f"{len(result['results'])} chunk(s) related to chunk #{result['source']['chunk_id']}:"]
+    for hit in result["results"]:
+        score = f"{hit['score']:.3f}" if isinstance(hit.get("score"), (int, float)) else "-"
+        lines.append(
+            f"\n- {render.clip(hit.get('title') or '(untitled)', 80)} — document #{hit['document_id']} chunk #{hit['chunk_id']}"
+            f" score {score}\n{render.clip(hit['text'], 800)}"
+        )
+        context = hit.get("context") or {}
+        if context.get("before"):
+            lines.append(f"  (before) {render.clip(context['before'], 300)}")
+        if context.get("after"):
+            lines.append(f"  (after) {render.clip(context['after'], 300)}")
+    return "\n".join(lines)
+
+
+TOOLS = [
+    ToolSpec(
+        name="kb_related",
+        title="Related chunks",
+        description="Chunks from other documents most similar in meaning to a chunk (or to a document's first "
+        "chunk). context=true adds each hit's neighbouring chunks.",
+        input_schema=RELATED_INPUT,
+        output_schema=RELATED_OUTPUT,
+        handler=related,
+        render=render_related,
+        read_only=True,
+        idempotent=True,
+    )
+]
