@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from typing import Any
 
 import mcp_types as types
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from kb_bridge import __version__, tools
 from kb_bridge.errors import KbError
+from kb_bridge.mcp_content import ContentHandlers
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.spec import ProgressFn, ToolContext, ToolSpec
 from kb_bridge.validation import ArgumentValidator
@@ -108,9 +110,7 @@ class ToolDispatcher:
                 caller=caller,
                 progress=self._progress_sink(ctx),
             )
-            result = await sync_to_async(spec.handler, thread_sensitive=False, executor=self._bridge.executor)(
-                tool_ctx, dict(arguments)
-            )
+            result = await self._bridge.run(spec.handler, tool_ctx, dict(arguments))
             text = spec.render(result)
         except KbError as exc:
             self._log_outcome(spec.name, caller, started, exc.code)
@@ -162,14 +162,25 @@ def build_server(bridge: Bridge) -> Server[Any]:
     """The MCP server for this bridge: tools selected from settings; the bridge's resources live
     as long as the server runs (its lifespan)."""
     dispatcher = ToolDispatcher(bridge, tools.select(bridge.settings.mcp))
-    server: Server[Any] = Server(
-        "kb-bridge",
-        version=__version__,
-        title="kb-bridge",
-        instructions=INSTRUCTIONS,
-        lifespan=bridge.lifespan,
-        get_tool_input_schema=dispatcher.input_schema,
-        on_list_tools=dispatcher.list_tools,
-        on_call_tool=dispatcher.call_tool,
-    )
+    content = ContentHandlers(bridge)
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated in 2026-07-28 but still sent by handshake-era clients.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            "kb-bridge",
+            version=__version__,
+            title="kb-bridge",
+            instructions=INSTRUCTIONS,
+            lifespan=bridge.lifespan,
+            get_tool_input_schema=dispatcher.input_schema,
+            on_list_tools=dispatcher.list_tools,
+            on_call_tool=dispatcher.call_tool,
+            on_list_resources=content.list_resources,
+            on_list_resource_templates=content.list_resource_templates,
+            on_read_resource=content.read_resource,
+            on_list_prompts=content.list_prompts,
+            on_get_prompt=content.get_prompt,
+            on_completion=content.complete,
+            on_set_logging_level=content.set_logging_level,
+        )
     return server

@@ -7,9 +7,11 @@ import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio.to_thread
+from asgiref.sync import sync_to_async
 
 from kb_bridge.engine_client import EngineClient
 from kb_bridge.metrics import Metrics
@@ -19,6 +21,8 @@ from kb_bridge.uploads.store import UploadStore
 from kb_bridge.uploads.sweeper import Sweeper
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def make_upload_store(settings: Settings) -> UploadStore:
@@ -49,6 +53,10 @@ class Bridge:
         if self._executor is None:
             raise RuntimeError("the bridge is not running (enter its lifespan first)")
         return self._executor
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking work (engine calls, staging I/O) on the bounded pool, off the event loop."""
+        return await sync_to_async(fn, thread_sensitive=False, executor=self.executor)(*args)
 
     def start(self) -> None:
         if self._executor is None:

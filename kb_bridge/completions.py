@@ -1,0 +1,31 @@
+"""Argument completion (completion/complete) for prompts and resource templates: collection
+names and tags, from the engine. Plain functions; mcp_content.py adapts them."""
+
+from __future__ import annotations
+
+from kb_bridge import collections, shapes
+from kb_bridge.engine_client import EngineClient
+
+MAX_VALUES = 100
+
+# (reference, argument) pairs whose values are collection names or tags. A reference is a
+# prompt name or a resource template URI.
+COLLECTION_ARGUMENTS = {("collection_overview", "collection"), ("remember", "collection"), ("kb://collection/{name}", "name")}
+TAG_ARGUMENTS = {("tag_exploration", "tag"), ("kb://tag/{tag}", "tag")}
+
+
+def _tag_names(engine: EngineClient, prefix: str | None) -> list[str]:
+    raw = engine.list_tags(prefix=prefix)
+    return [t["name"] for t in shapes.listed(raw, "tags") if isinstance(t, dict) and isinstance(t.get("name"), str)]
+
+
+def complete(engine: EngineClient, reference: str, argument: str, typed: str) -> tuple[list[str], int]:
+    """(up to MAX_VALUES matching values, how many match in all); nothing for free-text arguments."""
+    if (reference, argument) in COLLECTION_ARGUMENTS:
+        candidates = [name[len(collections.PREFIX) :] for name in _tag_names(engine, collections.PREFIX)]
+    elif (reference, argument) in TAG_ARGUMENTS:
+        candidates = [name for name in _tag_names(engine, None) if not collections.is_collection_tag(name)]
+    else:
+        return [], 0
+    matches = sorted({c for c in candidates if c.lower().startswith(typed.lower())})
+    return matches[:MAX_VALUES], len(matches)

@@ -1,0 +1,122 @@
+"""Resources, prompts, completions and logging/setLevel over MCP: adapters from the plain modules
+(resources.py, prompts.py, completions.py) to the protocol, with errors translated once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from kb_bridge import completions, prompts, resources
+from kb_bridge.errors import InvalidArgument, KbError, NotFound
+from kb_bridge.runtime import Bridge
+from kb_bridge.tools.browse import decode_cursor, encode_cursor
+
+logger = logging.getLogger(__name__)
+
+Ctx = ServerRequestContext[Any, Any]
+T = TypeVar("T")
+
+
+async def _translated(work: Callable[[], Awaitable[T]]) -> T:
+    """KbError → a JSON-RPC error: the caller's mistakes are INVALID_PARAMS, the rest INTERNAL_ERROR."""
+    try:
+        return await work()
+    except (NotFound, InvalidArgument) as exc:
+        raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data=exc.to_dict()) from None
+    except KbError as exc:
+        raise MCPError(code=types.INTERNAL_ERROR, message=exc.message, data=exc.to_dict()) from None
+
+
+class ContentHandlers:
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        self._templates = types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=t.uri_template, name=t.name, title=t.title, description=t.description,
+                    mime_type=resources.MARKDOWN,
+                )
+                for t in resources.TEMPLATES
+            ]
+        )
+        self._prompts = types.ListPromptsResult(
+            prompts=[
+                types.Prompt(
+                    name=p.name, title=p.title, description=p.description,
+                    arguments=[types.PromptArgument(name=a.name, description=a.description, required=a.required) for a in p.arguments],
+                )
+                for p in prompts.PROMPTS
+            ]
+        )
+
+    async def list_resources(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        async def work() -> types.ListResourcesResult:
+            offset = decode_cursor(params.cursor) if params and params.cursor else 0
+            items, following = await self._bridge.run(resources.list_recent, self._bridge.engine, offset)
+            return types.ListResourcesResult(
+                resources=[
+                    types.Resource(uri=i.uri, name=i.name, title=i.title, description=i.description, mime_type=resources.MARKDOWN)
+                    for i in items
+                ],
+                next_cursor=encode_cursor(following) if following is not None else None,
+            )
+
+        return await _translated(work)
+
+    async def list_resource_templates(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+        return self._templates
+
+    async def read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        async def work() -> types.ReadResourceResult:
+            text = await self._bridge.run(resources.read, self._bridge.engine, params.uri)
+            return types.ReadResourceResult(
+                contents=[types.TextResourceContents(uri=params.uri, mime_type=resources.MARKDOWN, text=text)]
+            )
+
+        return await _translated(work)
+
+    async def list_prompts(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return self._prompts
+
+    async def get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        spec = prompts.find(params.name)
+        if spec is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name[:100]}")
+
+        async def work() -> types.GetPromptResult:
+            text = prompts.render(spec, params.arguments or {})
+            return types.GetPromptResult(
+                description=spec.description,
+                messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],
+            )
+
+        return await _translated(work)
+
+    async def complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref
+        reference = ref.name if isinstance(ref, types.PromptReference) else ref.uri
+
+        async def work() -> types.CompleteResult:
+            values, total = await self._bridge.run(
+                completions.complete, self._bridge.engine, reference, params.argument.name, params.argument.value
+            )
+            return types.CompleteResult(
+                completion=types.Completion(values=values, total=total, has_more=total > len(values))
+            )
+
+        try:
+            return await _translated(work)
+        except MCPError:
+            # Completion is a convenience: when the engine cannot answer, offer nothing rather than fail.
+            return types.CompleteResult(completion=types.Completion(values=[], total=0, has_more=False))
+
+    async def set_logging_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        # Accepted for clients that send it; the bridge sends no log notifications, and its own
+        # log level is the operator's (KB_LOG_LEVEL), not a client's to change.
+        logger.debug("client asked for log level %s", params.level)
+        return types.EmptyResult()

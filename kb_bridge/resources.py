@@ -1,0 +1,139 @@
+"""MCP resources as plain data and sync functions: what `kb://` URIs name and their markdown.
+
+    kb://document/{id}        a document: metadata and full text
+    kb://chunk/{id}           one chunk, with where it comes from
+    kb://collection/{name}    the documents of a collection, newest first
+    kb://tag/{tag}            the documents carrying a tag, newest first
+
+No `mcp` import here: mcp_content.py adapts these to the protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from kb_bridge import collections, shapes
+from kb_bridge.engine_client import EngineClient
+from kb_bridge.errors import InvalidArgument, NotFound
+
+SCHEME = "kb"
+MARKDOWN = "text/markdown"
+LIST_PAGE = 50
+LISTING_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Template:
+    uri_template: str
+    name: str
+    title: str
+    description: str
+
+
+TEMPLATES = (
+    Template("kb://document/{id}", "document", "Document", "A document's metadata and full text"),
+    Template("kb://chunk/{id}", "chunk", "Chunk", "One chunk of a document, with its source"),
+    Template("kb://collection/{name}", "collection", "Collection", "The documents of a collection, newest first"),
+    Template("kb://tag/{tag}", "tag", "Tag", "The documents carrying a tag, newest first"),
+)
+
+
+@dataclass(frozen=True)
+class Listed:
+    uri: str
+    name: str
+    title: str
+    description: str
+
+
+def document_uri(document_id: int) -> str:
+    return f"kb://document/{document_id}"
+
+
+def list_recent(engine: EngineClient, offset: int) -> tuple[list[Listed], int | None]:
+    """One page of recent documents as resources, and the next offset (None at the end)."""
+    raw = engine.list_documents([("limit", LIST_PAGE), ("offset", offset)])
+    docs = [shapes.document(d) for d in shapes.listed(raw, "documents")]
+    total = raw.get("total") if isinstance(raw.get("total"), int) else offset + len(docs)
+    items = [
+        Listed(
+            uri=document_uri(d["id"]),
+            name=f"document-{d['id']}",
+            title=d["title"] or d["source_path"] or f"document {d['id']}",
+            description=f"{d['doc_type'] or '?'} in {d['collection'] or '-'}, updated {d['updated_at'] or '?'}",
+        )
+        for d in docs
+    ]
+    following = offset + len(docs)
+    return items, following if docs and following < total else None
+
+
+def parse(uri: str) -> tuple[str, str]:
+    """(kind, value) from a kb:// URI; InvalidArgument when it is not one of ours."""
+    parts = urlsplit(uri)
+    kind, value = parts.netloc, unquote(parts.path.lstrip("/"))
+    if parts.scheme != SCHEME or kind not in {t.name for t in TEMPLATES} or not value or parts.query or parts.fragment:
+        raise InvalidArgument("uri", "expected kb://document/{id}, kb://chunk/{id}, kb://collection/{name} or kb://tag/{tag}")
+    return kind, value
+
+
+def _id(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise NotFound("no such resource")
+    return int(value)
+
+
+def read(engine: EngineClient, uri: str) -> str:
+    """The markdown text of a kb:// resource."""
+    kind, value = parse(uri)
+    if kind == "document":
+        return document_markdown(shapes.document(engine.get_document(_id(value)), full=True))
+    if kind == "chunk":
+        return chunk_markdown(shapes.chunk(engine.get_chunk(_id(value))))
+    if kind == "collection":
+        collections.check_name(value, field="uri")
+        return listing(engine, f"Collection {value}", collections.tag_for(value))
+    if collections.is_collection_tag(value):
+        raise InvalidArgument("uri", "use kb://collection/{name} for collections")
+    return listing(engine, f"Tag {value}", value)
+
+
+def _meta_line(doc: dict[str, Any]) -> str:
+    tags = ", ".join(doc["tags"]) or "-"
+    return (
+        f"- id {doc['id']} · {doc['doc_type'] or '?'} · collection {doc['collection'] or '-'} · tags {tags}\n"
+        f"- source {doc['source_path'] or '-'} · version {doc['version'] or '?'} · "
+        f"created {doc['created_at'] or '?'} · updated {doc['updated_at'] or '?'}"
+    )
+
+
+def document_markdown(doc: dict[str, Any]) -> str:
+    return f"# {doc['title'] or doc['source_path'] or 'Document ' + str(doc['id'])}\n\n{_meta_line(doc)}\n\n{doc['content'] or ''}\n"
+
+
+def chunk_markdown(chunk: dict[str, Any]) -> str:
+    title = chunk["title"] or chunk["source_path"] or f"document {chunk['document_id']}"
+    return (
+        f"# Chunk {chunk['chunk_id']} of {title}\n\n"
+        f"- {document_uri(chunk['document_id'])} · chunk index {chunk['chunk_index']} · "
+        f"collection {chunk['collection'] or '-'} · tags {', '.join(chunk['tags']) or '-'}\n\n{chunk['text']}\n"
+    )
+
+
+def listing(engine: EngineClient, heading: str, tag: str) -> str:
+    raw = engine.list_documents([("tag", tag), ("limit", LISTING_LIMIT)])
+    docs = [shapes.document(d) for d in shapes.listed(raw, "documents")]
+    total = raw.get("total") if isinstance(raw.get("total"), int) else len(docs)
+    if not docs:
+        raise NotFound(f"no documents for {heading.lower()}")
+    lines = [f"# {heading}", "", f"{total} document(s), newest update first" + (f" (first {len(docs)} shown)" if total > len(docs) else "") + ":", ""]
+    for d in docs:
+        title = d["title"] or d["source_path"] or f"document {d['id']}"
+        lines.append(f"- [{title}]({document_uri(d['id'])}) · {d['doc_type'] or '?'} · updated {d['updated_at'] or '?'}")
+    return "\n".join(lines) + "\n"
+
+
+def tag_uri(tag: str) -> str:
+    return f"kb://tag/{quote(tag, safe='')}"

@@ -1,0 +1,119 @@
+"""Resources, prompts, completions and logging/setLevel through the real MCP server (engine faked)."""
+
+from __future__ import annotations
+
+import pytest
+import responses
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import PromptReference, ResourceTemplateReference
+
+from tests.conftest import API
+from tests.helpers import chunk, document
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_resources_list_pages_recent_documents_with_cursors(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents", json={"documents": [document(i, title=f"t{i}") for i in range(50, 0, -1)], "total": 60})
+    engine.get(f"{API}/documents", json={"documents": [document(i) for i in range(100, 90, -1)], "total": 60})
+    first = await client.list_resources()
+    assert len(first.resources) == 50 and first.resources[0].uri == "kb://document/50"
+    assert first.resources[0].title == "t50" and first.next_cursor
+    second = await client.list_resources(cursor=first.next_cursor)
+    assert len(second.resources) == 10 and second.next_cursor is None
+    assert "offset=50" in engine.calls[1].request.url
+
+
+async def test_resource_templates_are_listed(client: Client) -> None:
+    templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+    assert templates == {"kb://document/{id}", "kb://chunk/{id}", "kb://collection/{name}", "kb://tag/{tag}"}
+
+
+async def test_read_document_resource_as_markdown(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/7", json=document(7, title="Runbook", tags=["collection:documents", "ops"], content="Roll back first.", chunks=[]))
+    result = await client.read_resource("kb://document/7")
+    content = result.contents[0]
+    assert content.mime_type == "text/markdown"
+    assert content.text.startswith("# Runbook") and "Roll back first." in content.text and "collection documents" in content.text
+
+
+async def test_read_chunk_resource(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/chunks/901", json=chunk(901, 42, text="the chunk text"))
+    text = (await client.read_resource("kb://chunk/901")).contents[0].text
+    assert "the chunk text" in text and "kb://document/42" in text
+
+
+async def test_read_collection_and_tag_listings(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents", json={"documents": [document(3, title="Prefs")], "total": 1})
+    collection = (await client.read_resource("kb://collection/memory")).contents[0].text
+    assert "# Collection memory" in collection and "[Prefs](kb://document/3)" in collection
+    assert "tag=collection%3Amemory" in engine.calls[0].request.url
+    tag = (await client.read_resource("kb://tag/email%20prefs")).contents[0].text
+    assert "# Tag email prefs" in tag and "tag=email+prefs" in engine.calls[1].request.url
+
+
+@pytest.mark.parametrize("uri", ["kb://document/abc", "kb://nothing/1", "http://x/document/1", "kb://document/0"])
+async def test_bad_resource_uris_are_invalid_params(client: Client, uri: str) -> None:
+    with pytest.raises(MCPError) as caught:
+        await client.read_resource(uri)
+    assert caught.value.error.code == -32602
+
+
+async def test_missing_document_resource_is_not_found(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/9", status=404, json={"error": {"code": "not_found", "message": "x"}})
+    with pytest.raises(MCPError) as caught:
+        await client.read_resource("kb://document/9")
+    assert caught.value.error.code == -32602 and "not found" in caught.value.error.message
+
+
+async def test_prompts_are_listed_with_arguments(client: Client) -> None:
+    listed = {p.name: p for p in (await client.list_prompts()).prompts}
+    assert set(listed) == {"find_insights_about", "tag_exploration", "related_to_chunk", "collection_overview", "remember"}
+    remember = listed["remember"]
+    assert [(a.name, a.required) for a in remember.arguments] == [("fact", True), ("collection", False)]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("find_insights_about", {"topic": "pension revaluation"}, "kb_search"),
+        ("tag_exploration", {"tag": "email"}, "kb_list"),
+        ("related_to_chunk", {"chunk_id": "901"}, "kb_related"),
+        ("collection_overview", {"collection": "memory"}, "kb_collections"),
+        ("remember", {"fact": "the user is in Lisbon"}, "collection='memory'"),
+    ],
+)
+async def test_prompts_guide_to_the_right_tools(client: Client, name: str, arguments: dict[str, str], expected: str) -> None:
+    result = await client.get_prompt(name, arguments)
+    text = result.messages[0].content.text
+    assert result.messages[0].role == "user" and expected in text
+    assert all(value in text for value in arguments.values())
+
+
+async def test_prompt_with_missing_argument_is_invalid_params(client: Client) -> None:
+    with pytest.raises(MCPError) as caught:
+        await client.get_prompt("find_insights_about", {})
+    assert caught.value.error.code == -32602 and "topic" in caught.value.error.message
+
+
+async def test_completions_offer_collections_and_tags(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/tags", json={"tags": [{"name": "collection:memory", "documents": 1}, {"name": "collection:media", "documents": 1}, {"name": "collection:documents", "documents": 2}]})
+    engine.get(f"{API}/tags", json={"tags": [{"name": "email", "documents": 1}, {"name": "engineering", "documents": 1}, {"name": "collection:memory", "documents": 1}, {"name": "ops", "documents": 1}]})
+    collections = await client.complete(PromptReference(name="collection_overview"), {"name": "collection", "value": "me"})
+    assert collections.completion.values == ["media", "memory"]
+    tags = await client.complete(ResourceTemplateReference(uri="kb://tag/{tag}"), {"name": "tag", "value": "e"})
+    assert tags.completion.values == ["email", "engineering"]
+
+
+async def test_completion_of_free_text_offers_nothing(client: Client, engine: responses.RequestsMock) -> None:
+    result = await client.complete(PromptReference(name="find_insights_about"), {"name": "topic", "value": "pen"})
+    assert result.completion.values == [] and not engine.calls
+
+
+async def test_logging_set_level_is_accepted(bridge, engine: responses.RequestsMock) -> None:  # type: ignore[no-untyped-def]
+    from kb_bridge.mcp_server import build_server
+
+    async with Client(build_server(bridge), mode="legacy") as client:
+        with pytest.warns(Warning):  # the SDK marks logging deprecated for 2026-07-28 clients
+            await client.set_logging_level("debug")
