@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -42,6 +42,7 @@ from kb_bridge.errors import (
     TooLarge,
     UnsupportedType,
 )
+from kb_bridge.metrics import Metrics
 from kb_bridge.multipart import MultipartBody, ProgressFn
 from kb_bridge.retry import RetryPolicy
 from kb_bridge.settings import EngineSettings
@@ -54,8 +55,6 @@ API = "/api/v1"
 _MAX_ENGINE_MESSAGE = 300
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-RequestObserver = Callable[[str, str, float], None]
-"""(endpoint template, outcome: HTTP status or error code, seconds) after every attempt."""
 
 
 @dataclass(frozen=True)
@@ -87,12 +86,12 @@ class EngineClient:
         settings: EngineSettings,
         session: requests.Session | None = None,
         retry: RetryPolicy | None = None,
-        observer: RequestObserver | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self._base = settings.url
         self._retry = retry or RetryPolicy(settings)
-        self._observer = observer
+        self._metrics = metrics or Metrics()
         self._session = session or self._new_session(settings)
 
     @staticmethod
@@ -143,13 +142,15 @@ class EngineClient:
     ) -> dict[str, Any]:
         """Stream a staged file to the engine as multipart; `chunks()` is called once per attempt."""
 
+        call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True)
+
         def attempt() -> dict[str, Any]:
             body = MultipartBody(fields, filename, size, chunks, progress=progress)
             headers = {"Idempotency-Key": idempotency_key, "Content-Type": body.content_type}
-            call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True, headers=headers)
-            return self._parse(self._send(call, data=body, timeout=self.settings.upload_timeout), call)
+            sent = self._send(replace(call, headers=headers), data=body, timeout=self.settings.upload_timeout)
+            return self._parse(sent, call)
 
-        return self._run(attempt, safe=True)
+        return self._run(attempt, call)
 
     def list_jobs(self, status: str | None, limit: int, offset: int = 0) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
@@ -170,9 +171,8 @@ class EngineClient:
 
     def delete_document(self, document_id: int) -> None:
         # DELETE is idempotent by definition: a repeat finds nothing and says 404.
-        path = f"{API}/documents/{segment(document_id)}"
-        what = f"document {document_id}"
-        self._run(lambda: self._send(Call("DELETE", path, "DELETE /documents/{id}", what, safe=True)), safe=True)
+        call = Call("DELETE", f"{API}/documents/{segment(document_id)}", "DELETE /documents/{id}", f"document {document_id}", safe=True)
+        self._run(lambda: self._send(call), call)
 
     def patch_note(self, document_id: int, body: Mapping[str, Any], if_match: int | None) -> dict[str, Any]:
         headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
@@ -212,13 +212,22 @@ class EngineClient:
     # --- the machinery ----------------------------------------------------------------------
 
     def _json(self, call: Call) -> dict[str, Any]:
-        return self._run(lambda: self._parse(self._send(call), call), safe=call.safe)
+        return self._run(lambda: self._parse(self._send(call), call), call)
 
-    def _run(self, attempt: Callable[[], Any], *, safe: bool) -> Any:
+    def _run(self, attempt: Callable[[], Any], call: Call) -> Any:
+        attempts = 0
+
+        def counted() -> Any:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                self._metrics.engine_retry(call.endpoint)
+            return attempt()
+
         try:
-            return self._retry.run(attempt, safe=safe)
+            return self._retry.run(counted, safe=call.safe)
         except KbError as exc:
-            if not safe and isinstance(exc, Retryable) and not isinstance(exc, NeverSent):
+            if not call.safe and isinstance(exc, Retryable) and not isinstance(exc, NeverSent):
                 # The request may have reached the engine and was not confirmed: say so.
                 raise OutcomeUnknown() from exc
             raise
@@ -267,8 +276,7 @@ class EngineClient:
             outcome = "request_error"
             raise EngineFailure("the request to the kb engine could not be made") from None
         finally:
-            if self._observer is not None:
-                self._observer(call.endpoint, outcome, time.perf_counter() - started)
+            self._metrics.engine_request(call.endpoint, outcome, time.perf_counter() - started)
         if response.status_code >= 400:
             raise self._error_for(response, call)
         return response

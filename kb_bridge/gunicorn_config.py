@@ -7,12 +7,21 @@ which is the process start: the right moment to read settings and configure logg
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from typing import Any
 
 from kb_bridge.logs import configure_logging
+from kb_bridge.metrics import MULTIPROC_ENV, mark_worker_dead
 from kb_bridge.settings import load_settings
 
 _settings = load_settings()
+
+# Prometheus multiprocess mode: every worker writes its samples under one directory, fresh for
+# this master (stale files from an earlier run would add old counts), set before any worker starts.
+if _settings.mcp.metrics and not os.environ.get(MULTIPROC_ENV):
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
 
 # Loopback unless KB_BIND says otherwise (no auth configured is warned about at start-up).
 bind = [_settings.server.bind]
@@ -48,3 +57,13 @@ def on_starting(server: Any) -> None:
 
 def post_fork(server: Any, worker: Any) -> None:
     configure_logging(_settings.server.log_level, _settings.server.log_json)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    mark_worker_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    metrics_dir = os.environ.get(MULTIPROC_ENV, "")
+    if os.path.basename(metrics_dir).startswith("kb-bridge-metrics-"):
+        shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -1,7 +1,23 @@
-"""Metrics hooks. The rest of the bridge reports through this small interface; the Prometheus
-implementation (multiprocess-safe under gunicorn) plugs in behind it."""
+"""Metrics: a small interface the bridge reports through, and its Prometheus implementation.
+
+Under gunicorn every worker is a process of its own, so the Prometheus client runs in
+multiprocess mode: gunicorn_config.py points PROMETHEUS_MULTIPROC_DIR at a fresh directory
+before any worker starts, each worker writes its samples there, and /metrics (served by
+whichever worker takes the scrape) merges all of them. Upload figures are read from the shared
+upload store at scrape time, so they are the same whichever worker answers.
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kb_bridge.uploads.store import UploadStore
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class Metrics:
@@ -13,5 +29,91 @@ class Metrics:
     def engine_request(self, endpoint: str, outcome: str, seconds: float) -> None:
         """One attempt at an engine request; outcome is the HTTP status or a transport error."""
 
+    def engine_retry(self, endpoint: str) -> None:
+        """An engine request is being tried again."""
+
     def auth_failure(self, reason: str) -> None:
         """A request refused at the door (missing or wrong token, bad host or origin)."""
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The body and content type of /metrics."""
+        return b"", "text/plain"
+
+
+class PrometheusMetrics(Metrics):
+    def __init__(self, uploads: UploadStore | None = None) -> None:
+        # Imported here: in multiprocess mode prometheus_client must be imported after
+        # PROMETHEUS_MULTIPROC_DIR is set, i.e. in the worker, never at module import.
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        self._multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        self._registry = CollectorRegistry()
+        registry = None if self._multiprocess else self._registry
+        self._tool_calls = Counter(
+            "kb_bridge_tool_calls", "Tool calls by tool and outcome (ok or error code).", ["tool", "outcome"], registry=registry
+        )
+        self._tool_seconds = Histogram(
+            "kb_bridge_tool_duration_seconds", "Tool call latency.", ["tool"], buckets=LATENCY_BUCKETS, registry=registry
+        )
+        self._engine_seconds = Histogram(
+            "kb_bridge_engine_request_duration_seconds",
+            "Engine request attempts by endpoint and outcome (HTTP status or transport error).",
+            ["endpoint", "outcome"], buckets=LATENCY_BUCKETS, registry=registry,
+        )
+        self._engine_retries = Counter(
+            "kb_bridge_engine_retries", "Engine requests tried again, by endpoint.", ["endpoint"], registry=registry
+        )
+        self._auth_failures = Counter(
+            "kb_bridge_auth_failures", "Requests refused at the /mcp door, by reason.", ["reason"], registry=registry
+        )
+        self._uploads = uploads
+        if not self._multiprocess and uploads is not None:
+            self._registry.register(_UploadCollector(uploads))
+
+    def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
+        self._tool_calls.labels(tool, outcome).inc()
+        self._tool_seconds.labels(tool).observe(seconds)
+
+    def engine_request(self, endpoint: str, outcome: str, seconds: float) -> None:
+        self._engine_seconds.labels(endpoint, outcome).observe(seconds)
+
+    def engine_retry(self, endpoint: str) -> None:
+        self._engine_retries.labels(endpoint).inc()
+
+    def auth_failure(self, reason: str) -> None:
+        self._auth_failures.labels(reason).inc()
+
+    def exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        registry = self._registry
+        if self._multiprocess:
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            if self._uploads is not None:
+                registry.register(_UploadCollector(self._uploads))
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class _UploadCollector:
+    """Uploads in progress and bytes staged, read from the shared store when scraped."""
+
+    def __init__(self, store: UploadStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        uploads, staged = self._store.stats()
+        yield GaugeMetricFamily("kb_bridge_uploads_in_progress", "Uploads started and not yet finished.", value=uploads)
+        yield GaugeMetricFamily("kb_bridge_upload_staged_bytes", "Bytes staged by uploads in progress.", value=staged)
+
+
+def mark_worker_dead(pid: int) -> None:
+    """gunicorn child_exit hook: fold a dead worker's live gauges out of the shared files."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)

@@ -14,7 +14,7 @@ import anyio.to_thread
 from asgiref.sync import sync_to_async
 
 from kb_bridge.engine_client import EngineClient
-from kb_bridge.metrics import Metrics
+from kb_bridge.metrics import Metrics, PrometheusMetrics
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.directory import DirectoryStore
 from kb_bridge.uploads.store import UploadStore
@@ -42,9 +42,9 @@ class Bridge:
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
-        self.metrics = metrics or Metrics()
-        self.engine = engine or EngineClient(settings.engine, observer=self.metrics.engine_request)
         self.uploads = uploads or make_upload_store(settings)
+        self.metrics = metrics or (PrometheusMetrics(self.uploads) if settings.mcp.metrics else Metrics())
+        self.engine = engine or EngineClient(settings.engine, metrics=self.metrics)
         self._executor: ThreadPoolExecutor | None = None
         self._sweeper = Sweeper(self.uploads, settings.uploads.ttl_seconds, settings.uploads.sweep_interval)
 

@@ -99,6 +99,9 @@ class McpSettings:
     read_only: bool = False
     # kb_addnote {wait: true} waits at most this long for the note to be indexed.
     wait_seconds: float = 30.0
+    metrics: bool = True
+    # Bearer token for /metrics; when unset, the MCP keys open it too (and nothing does without auth).
+    metrics_token: Secret | None = None
 
     @property
     def auth_enabled(self) -> bool:
@@ -285,6 +288,8 @@ def _load_mcp(env: _Env) -> McpSettings:
         tools=tools or None,
         read_only=env.bool("KB_MCP_READ_ONLY", d.read_only),
         wait_seconds=env.float("KB_ADDNOTE_WAIT_SECONDS", d.wait_seconds, low=0, high=600),
+        metrics=env.bool("KB_METRICS", d.metrics),
+        metrics_token=env.secret("KB_METRICS_TOKEN"),
     )
 
 

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from flask import Flask, jsonify
+import hashlib
+import hmac
+
+from flask import Flask, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from kb_bridge import __version__
@@ -23,8 +26,26 @@ def parse_version(text: str) -> tuple[int, ...] | None:
         return None
 
 
+def metrics_keys(bridge: Bridge) -> list[bytes]:
+    """Digests of the tokens that open /metrics: KB_METRICS_TOKEN, else the MCP keys; none = open."""
+    mcp = bridge.settings.mcp
+    keys = [mcp.metrics_token] if mcp.metrics_token is not None else list(mcp.api_keys)
+    return [hashlib.sha256(k.reveal().encode()).digest() for k in keys]
+
+
+def _authorized(keys: list[bytes]) -> bool:
+    if not keys:
+        return True
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    digest = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
+    return any([hmac.compare_digest(digest, key) for key in keys])
+
+
 def create_web_app(bridge: Bridge) -> Flask:
     app = Flask("kb_bridge.web")
+    keys = metrics_keys(bridge)
 
     @app.get("/healthz")
     def healthz() -> ResponseReturnValue:
@@ -42,6 +63,16 @@ def create_web_app(bridge: Bridge) -> Flask:
             problem = f"engine version {version or 'unknown'} is older than 3.0.0"
             return jsonify(ready=False, engine={"reachable": True, "version": version, "error": problem}), 503
         return jsonify(ready=True, engine={"reachable": True, "version": version})
+
+    @app.get("/metrics")
+    def metrics() -> ResponseReturnValue:
+        if not bridge.settings.mcp.metrics:
+            return jsonify(error="not_found"), 404
+        if not _authorized(keys):
+            bridge.metrics.auth_failure("metrics_token")
+            return jsonify(error="invalid_token"), 401, {"WWW-Authenticate": 'Bearer realm="kb-bridge-metrics"'}
+        body, content_type = bridge.metrics.exposition()
+        return Response(body, content_type=content_type)
 
     @app.errorhandler(404)
     def not_found(_exc: Exception) -> ResponseReturnValue:

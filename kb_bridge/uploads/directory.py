@@ -198,17 +198,29 @@ class DirectoryStore:
 
     def sweep(self, ttl_seconds: float, now: float | None = None) -> int:
         now = time.time() if now is None else now
-        removed = 0
-        if not self._root.is_dir():
-            return 0
-        for owner_entry in os.scandir(self._root):
-            if not owner_entry.is_dir() or not _OWNER_RE.fullmatch(owner_entry.name):
-                continue
-            for entry in os.scandir(owner_entry.path):
-                if is_upload_id(entry.name) and self._expire(Path(entry.path), ttl_seconds, now):
-                    removed += 1
+        removed = sum(1 for directory in list(self._upload_dirs()) if self._expire(directory, ttl_seconds, now))
         self._empty_trash()
         return removed
+
+    def stats(self) -> tuple[int, int]:
+        uploads = staged = 0
+        for directory in self._upload_dirs():
+            try:
+                if _read_meta(directory).result is None:
+                    uploads += 1
+                    staged += _progress(directory).received_bytes
+            except UploadExpired:
+                continue
+        return uploads, staged
+
+    def _upload_dirs(self) -> Iterator[Path]:
+        if not self._root.is_dir():
+            return
+        for owner_entry in os.scandir(self._root):
+            if owner_entry.is_dir() and _OWNER_RE.fullmatch(owner_entry.name):
+                for entry in os.scandir(owner_entry.path):
+                    if is_upload_id(entry.name):
+                        yield Path(entry.path)
 
     def _expire(self, directory: Path, ttl_seconds: float, now: float) -> bool:
         try:

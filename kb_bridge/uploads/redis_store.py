@@ -237,6 +237,18 @@ class RedisStore:
             pipe.delete(chunks_key, sizes_key)
             pipe.execute()
 
+    def stats(self) -> tuple[int, int]:
+        uploads = staged = 0
+        with _redis_errors():
+            for key in self._redis.scan_iter(match=f"{self._prefix}:u:*:meta", count=500):
+                raw = self._redis.get(key)
+                if raw is None or json.loads(raw).get("result") is not None:
+                    continue
+                uploads += 1
+                sizes = self._redis.hvals(key[: -len(b"meta")] + b"sizes")
+                staged += sum(int(size) for size in sizes)
+        return uploads, staged
+
     def sweep(self, ttl_seconds: float, now: float | None = None) -> int:
         """Nothing to do: Redis expires idle uploads itself (their keys carry the TTL)."""
         return 0

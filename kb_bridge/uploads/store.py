@@ -72,3 +72,6 @@ class UploadStore(Protocol):
 
     def sweep(self, ttl_seconds: float, now: float | None = None) -> int:
         """Remove uploads idle for longer than the TTL; never one in use. Returns how many."""
+
+    def stats(self) -> tuple[int, int]:
+        """(uploads in progress, bytes staged) across every caller, for metrics."""
