@@ -1,0 +1,93 @@
+"""`kb-bridge check`: validate the configuration, reach the engine, check its version and our
+key, and check the upload staging; a readable report, non-zero exit on any problem (suitable
+as a container start check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+
+from kb_bridge import __version__
+from kb_bridge.engine_client import EngineClient
+from kb_bridge.errors import KbError
+from kb_bridge.settings import Settings
+from kb_bridge.web import MIN_ENGINE_VERSION, parse_version
+
+PROBE_TIMEOUT = 5.0
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    warning: bool = False
+
+
+def _is_loopback(bind: str) -> bool:
+    host = bind.rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def check_configuration(settings: Settings) -> list[Check]:
+    mcp, server = settings.mcp, settings.server
+    checks = [Check("configuration", True, f"kb-bridge {__version__}; engine {settings.engine.safe_url()}; bind {server.bind}; {server.workers} worker(s)")]
+    if not mcp.auth_enabled and not _is_loopback(server.bind):
+        checks.append(Check("auth", False, f"KB_MCP_API_KEY is not set but KB_BIND={server.bind} is reachable from other hosts"))
+    elif not mcp.auth_enabled:
+        checks.append(Check("auth", True, "KB_MCP_API_KEY is not set: fine on loopback, set one before exposing the bridge", warning=True))
+    else:
+        checks.append(Check("auth", True, f"{len(mcp.api_keys)} agent key(s) configured"))
+    return checks
+
+
+def check_engine(settings: Settings) -> list[Check]:
+    client = EngineClient(settings.engine)
+    try:
+        status = client.status(timeout=PROBE_TIMEOUT, retry=False)
+    except KbError as exc:
+        return [Check("engine", False, f"{exc.code}: {exc.message}")]
+    finally:
+        client.close()
+    version = str(status.get("version", ""))
+    parsed = parse_version(version)
+    if parsed is None or parsed < MIN_ENGINE_VERSION:
+        return [Check("engine", False, f"engine version {version or 'unknown'} is older than 3.0.0 (kb_update_note needs 3.0.0)")]
+    model = status.get("model")
+    modes = ", ".join(status.get("search_modes") or [])
+    detail = f"version {version}, key accepted, model {model.get('name') if isinstance(model, dict) else 'none'}, search modes: {modes}"
+    return [Check("engine", True, detail)]
+
+
+def check_uploads(settings: Settings) -> list[Check]:
+    uploads = settings.uploads
+    if uploads.store_url is not None:
+        try:
+            import redis
+
+            redis.Redis.from_url(uploads.store_url, socket_connect_timeout=PROBE_TIMEOUT).ping()
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the store is the finding
+            return [Check("uploads", False, f"Redis upload store unreachable ({type(exc).__name__})")]
+        return [Check("uploads", True, "Redis upload store reachable")]
+    try:
+        os.makedirs(uploads.dir, mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=uploads.dir, prefix=".check-"):
+            pass
+    except OSError as exc:
+        return [Check("uploads", False, f"KB_UPLOAD_DIR {uploads.dir} is not writable ({exc.strerror})")]
+    return [Check("uploads", True, f"staging directory {uploads.dir} is writable")]
+
+
+def run_check(settings: Settings, as_json: bool = False) -> int:
+    checks = check_configuration(settings) + check_engine(settings) + check_uploads(settings)
+    ok = all(c.ok for c in checks)
+    if as_json:
+        print(json.dumps({"ok": ok, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        for c in checks:
+            mark = "WARN" if c.warning else ("ok" if c.ok else "FAIL")
+            print(f"[{mark:>4}] {c.name}: {c.detail}")
+        print("all checks passed" if ok else "problems found")
+    return 0 if ok else 1
