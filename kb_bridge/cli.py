@@ -36,10 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("stdio", help="serve MCP over stdin/stdout (for Claude Desktop and other local clients)")
 
-    engine = commands.add_parser(
-        "engine", help="run the bundled local kb engine (see `kb-bridge engine --help`)", add_help=False
-    )
-    engine.add_argument("engine_args", nargs=argparse.REMAINDER)
+    commands.add_parser("engine", help="run the bundled local kb engine (see `kb-bridge engine --help`)")
 
     demo = commands.add_parser("demo", help="run the local engine and the bridge together, with a sample corpus")
     demo.add_argument("--data", metavar="DIR", help="engine data directory (default: a per-user data directory)")
@@ -58,11 +55,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "engine":
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["engine"]:
+        # Everything after `engine` belongs to the engine's own parser (argparse cannot pass
+        # options through a subcommand untouched).
         from kb_bridge.local_engine.cli import main as engine_main  # only this command needs the engine
 
-        return engine_main(args.engine_args)
+        return engine_main(argv[1:])
+    args = _parser().parse_args(argv)
     if args.command == "token":
         print(secrets.token_urlsafe(32))
         return 0
