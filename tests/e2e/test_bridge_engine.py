@@ -19,6 +19,7 @@ import pytest
 import requests
 from mcp import Client
 
+from tests.e2e.conftest import ENGINE_KEY
 from tests.e2e.mcp_client import connect
 from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until
 from tests.helpers import minimal_pdf
@@ -26,15 +27,6 @@ from tests.helpers import minimal_pdf
 pytestmark = pytest.mark.anyio
 
 TOKEN = "agent-token-e2e-0123456789abcdef"
-ENGINE_KEY = "engine-key-e2e-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    tmp = tmp_path_factory.mktemp("engine")
-    service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": ENGINE_KEY})
-    yield service
-    service.stop()
 
 
 @pytest.fixture(scope="module")

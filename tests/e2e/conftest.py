@@ -1,0 +1,20 @@
+"""Processes shared by the end-to-end modules: one real local engine for the session (loading
+the embedding model once), with an API key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.processes import Service, start_engine
+
+ENGINE_KEY = "engine-key-e2e-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    tmp = tmp_path_factory.mktemp("engine")
+    service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": ENGINE_KEY})
+    yield service
+    service.stop()

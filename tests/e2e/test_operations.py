@@ -1,0 +1,147 @@
+"""Operations under gunicorn: metrics across workers, graceful SIGTERM, `kb-bridge check`."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.e2e.conftest import ENGINE_KEY
+from tests.e2e.mcp_client import connect
+from tests.e2e.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
+from tests.e2e.standin import StandInEngine
+
+TOKEN = "agent-token-ops-0123456789abcdef"
+METRICS_TOKEN = "metrics-token-0123456789abcdef"
+
+
+def tool_calls(metrics_text: str, tool: str, outcome: str) -> float:
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("kb_bridge_tool_calls_total{") and f'tool="{tool}"' in line and f'outcome="{outcome}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def worker_pids(service: Service, tool: str) -> set[int]:
+    import json
+
+    pids = set()
+    for line in service.log_path.read_text().splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            if entry.get("event") == "mcp_tool_success" and entry.get("tool") == tool:
+                pids.add(entry["pid"])
+    return pids
+
+
+@pytest.mark.anyio
+async def test_metrics_count_calls_correctly_across_two_workers(tmp_path: Path) -> None:
+    with StandInEngine() as engine:
+        env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_METRICS_TOKEN": METRICS_TOKEN}
+        bridge = start_bridge(tmp_path, env, workers=2)
+        try:
+            calls = 0
+            deadline = time.monotonic() + 60
+            while (calls < 12 or len(worker_pids(bridge, "kb_status")) < 2) and time.monotonic() < deadline:
+                async with connect(bridge.url, TOKEN) as client:  # a fresh connection each time
+                    assert not (await client.call_tool("kb_status", {})).is_error
+                calls += 1
+            assert len(worker_pids(bridge, "kb_status")) == 2
+            async with connect(bridge.url, TOKEN) as client:
+                assert (await client.call_tool("kb_search", {"query": "x", "top": 0})).is_error
+            refused = requests.get(bridge.url + "/metrics", timeout=5)
+            scraped = requests.get(bridge.url + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=5)
+        finally:
+            bridge.stop()
+    assert refused.status_code == 401
+    assert scraped.status_code == 200
+    text = scraped.text
+    assert tool_calls(text, "kb_status", "ok") == calls
+    assert tool_calls(text, "kb_search", "VALIDATION_ERROR") == 1
+    assert "kb_bridge_tool_duration_seconds_bucket" in text
+    assert 'kb_bridge_engine_request_duration_seconds_count{endpoint="GET /status",outcome="200"}' in text
+    assert "kb_bridge_uploads_in_progress" in text and 'kb_bridge_auth_failures_total{reason="metrics_token"} 1.0' in text
+
+
+def modern_call(url: str, tool: str, arguments: dict[str, object]) -> dict[str, object]:
+    """One self-contained 2026-07-28 tools/call POST: no handshake, no teardown traffic."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": meta}}
+    headers = {
+        "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool,
+    }
+    response = requests.post(url + "/mcp", json=body, headers=headers, timeout=60)
+    response.raise_for_status()
+    return dict(response.json())
+
+
+def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Path) -> None:
+    import concurrent.futures
+
+    with StandInEngine(delay=3.0) as engine:
+        env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_GRACEFUL_TIMEOUT": "20"}
+        bridge = start_bridge(tmp_path, env, workers=1)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(modern_call, bridge.url, "kb_search", {"query": "slow"})
+                wait_until(lambda: engine.in_flight == 1, 30, what="the call to reach the engine")
+                bridge.signal(signal.SIGTERM)
+
+                def refused() -> bool:
+                    try:
+                        requests.get(bridge.url + "/healthz", timeout=1)
+                    except requests.ConnectionError:
+                        return True
+                    return False
+
+                wait_until(refused, 10, what="new connections to be refused")
+                reply = pending.result(timeout=30)
+            exit_code = bridge.process.wait(30)
+        finally:
+            bridge.stop()
+    assert "result" in reply and not reply["result"].get("isError"), reply  # type: ignore[union-attr]
+    assert exit_code == 0
+
+
+def run_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kb_bridge", "check"], env=clean_env(env), capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+
+
+def test_check_passes_against_a_good_engine(engine: Service, tmp_path: Path) -> None:
+    done = run_check({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_UPLOAD_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stdout
+    assert "all checks passed" in done.stdout and "version 3." in done.stdout
+
+
+def test_check_fails_on_a_down_engine(tmp_path: Path) -> None:
+    done = run_check({"KB_ENGINE_URL": f"http://127.0.0.1:{free_port()}", "KB_UPLOAD_DIR": str(tmp_path)})
+    assert done.returncode == 1 and "ENGINE_UNAVAILABLE" in done.stdout
+
+
+def test_check_fails_on_a_wrong_key(engine: Service, tmp_path: Path) -> None:
+    done = run_check({"KB_ENGINE_URL": engine.url, "KB_API_KEY": "wrong-key-0000000000", "KB_UPLOAD_DIR": str(tmp_path)})
+    assert done.returncode == 1 and "ENGINE_AUTH_ERROR" in done.stdout
+    assert "wrong-key-0000000000" not in done.stdout + done.stderr
+
+
+def test_check_fails_on_an_old_engine(tmp_path: Path) -> None:
+    with StandInEngine(version="2.9.1") as old:
+        done = run_check({"KB_ENGINE_URL": old.url, "KB_UPLOAD_DIR": str(tmp_path)})
+    assert done.returncode == 1 and "2.9.1 is older than 3.0.0" in done.stdout
+
+
+def test_check_reports_a_bad_setting_by_name() -> None:
+    done = run_check({"KB_ENGINE_TIMEOUT": "soon"})
+    assert done.returncode == 2 and "KB_ENGINE_TIMEOUT" in done.stderr
