@@ -9,11 +9,13 @@ lifespan (thread pool, upload sweeper).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
+from kb_bridge import context
 from kb_bridge.mcp_server import CALLER_SCOPE_KEY, build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.security import BearerAuth, HostOriginGuard
@@ -21,6 +23,7 @@ from kb_bridge.settings import Settings, load_settings
 from kb_bridge.web import create_web_app
 
 logger = logging.getLogger(__name__)
+access_logger = logging.getLogger("kb_bridge.access")
 
 MCP_PATHS = ("/mcp", "/mcp/")
 
@@ -38,10 +41,38 @@ class BridgeApp:
         kind = scope["type"]
         if kind == "lifespan":
             await self._lifespan(receive, send)
-        elif scope.get("path") in MCP_PATHS:
-            await self._mcp(scope, receive, send)
         elif kind == "http":
-            await self._web(scope, receive, send)
+            await self._http(scope, receive, send)
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Route one request, with a request id in every log line it causes and one access event."""
+        offered = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
+        rid = context.new_request_id(offered)
+        context.request_id.set(rid)
+        started = time.perf_counter()
+        status = [0]
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        app = self._mcp if scope.get("path") in MCP_PATHS else self._web
+        try:
+            await app(scope, receive, send_with_id)
+        finally:
+            access_logger.info(
+                "http_request",
+                extra={
+                    "event": "http_request",
+                    "method": scope.get("method"),
+                    "path": scope.get("path"),
+                    "status": status[0],
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    "client": (scope.get("client") or ("", 0))[0],
+                },
+            )
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         message = await receive()

@@ -22,6 +22,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
 from kb_bridge import __version__
+from kb_bridge.context import note_engine_outcome
 from kb_bridge.errors import (
     Conflict,
     EngineAuthFailed,
@@ -277,6 +278,7 @@ class EngineClient:
             raise EngineFailure("the request to the kb engine could not be made") from None
         finally:
             self._metrics.engine_request(call.endpoint, outcome, time.perf_counter() - started)
+            note_engine_outcome(outcome)
         if response.status_code >= 400:
             raise self._error_for(response, call)
         return response

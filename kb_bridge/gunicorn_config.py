@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from kb_bridge.logs import configure_logging
+from kb_bridge.logs import configure_logging, gunicorn_logconfig
 from kb_bridge.metrics import MULTIPROC_ENV, mark_worker_dead
 from kb_bridge.settings import load_settings
 
@@ -42,9 +42,11 @@ keepalive = 75
 # Each worker serves many slow clients at once; bounded so a flood cannot exhaust memory.
 worker_connections = 1000
 loglevel = _settings.server.log_level.lower()
-# Access lines go to stderr with the rest; no query strings (they could carry a misplaced key).
-accesslog = "-"
-access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
+# gunicorn's own lines in the bridge's format on stderr. Access lines come from the app itself
+# (one JSON event per request, with its request id, and without the query string, which could
+# carry a misplaced key), so gunicorn's access log stays off.
+logconfig_dict = gunicorn_logconfig(_settings.server.log_level, _settings.server.log_json)
+accesslog = None
 errorlog = "-"
 # gunicorn's control socket lives at one fixed path per user; several bridges (or tests) on a
 # host would fight over it, and the bridge needs none of its commands.

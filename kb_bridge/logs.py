@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+from kb_bridge import context
+
 # Attributes every LogRecord has; anything else on a record came from `extra`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
@@ -26,6 +28,9 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process,
             "msg": record.getMessage(),
         }
+        rid = context.request_id.get()
+        if rid is not None:
+            entry["request_id"] = rid
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value
@@ -42,6 +47,23 @@ class TextFormatter(logging.Formatter):
         text = super().format(record)
         extras = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
         return f"{text} {json.dumps(extras, default=str)}" if extras else text
+
+
+def gunicorn_logconfig(level: str, as_json: bool) -> dict[str, Any]:
+    """gunicorn's own error log in the same format, on stderr (its access log is replaced by ours)."""
+    formatter = "kb_bridge.logs.JsonFormatter" if as_json else "kb_bridge.logs.TextFormatter"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"kb": {"()": formatter}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "kb", "stream": "ext://sys.stderr"}},
+        # gunicorn merges this over its defaults, whose root logger names a handler we replace.
+        "root": {"level": level, "handlers": ["stderr"]},
+        "loggers": {
+            "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False},
+            "gunicorn.access": {"level": "CRITICAL", "handlers": [], "propagate": False},
+        },
+    }
 
 
 def configure_logging(level: str = "INFO", as_json: bool = True) -> None:

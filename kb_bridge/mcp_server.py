@@ -19,7 +19,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from kb_bridge import __version__, tools
+from kb_bridge import __version__, context, tools
 from kb_bridge.errors import KbError
 from kb_bridge.mcp_content import ContentHandlers
 from kb_bridge.runtime import Bridge
@@ -99,6 +99,8 @@ class ToolDispatcher:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
         caller = caller_of(ctx)
         started = time.perf_counter()
+        trail: list[str] = []
+        context.engine_trail.set(trail)
         logger.info("mcp_tool_invoke", extra={"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller})
         try:
             arguments = params.arguments if params.arguments is not None else {}
@@ -113,13 +115,13 @@ class ToolDispatcher:
             result = await self._bridge.run(spec.handler, tool_ctx, dict(arguments))
             text = spec.render(result)
         except KbError as exc:
-            self._log_outcome(spec.name, caller, started, exc.code)
+            self._log_outcome(spec.name, caller, started, trail, exc.code)
             return error_result(exc)
         except Exception:
             logger.exception("tool %s failed unexpectedly", spec.name)
-            self._log_outcome(spec.name, caller, started, "INTERNAL_ERROR")
+            self._log_outcome(spec.name, caller, started, trail, "INTERNAL_ERROR")
             return error_result(KbError("an internal error occurred; it has been logged"))
-        self._log_outcome(spec.name, caller, started, "ok", result)
+        self._log_outcome(spec.name, caller, started, trail, "ok", result)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=result)
 
     @staticmethod
@@ -136,10 +138,13 @@ class ToolDispatcher:
         return progress
 
     def _log_outcome(
-        self, tool: str, caller: str, started: float, outcome: str, result: dict[str, Any] | None = None
+        self, tool: str, caller: str, started: float, trail: list[str], outcome: str, result: dict[str, Any] | None = None
     ) -> None:
         duration_ms = round((time.perf_counter() - started) * 1000, 2)
         fields: dict[str, Any] = {"tool": tool, "caller": caller, "duration_ms": duration_ms, "outcome": outcome}
+        if trail:
+            # What the engine answered, attempt by attempt (HTTP status or transport error).
+            fields["engine_status"] = trail
         if outcome == "ok":
             fields["event"] = "mcp_tool_success"
             fields["result_count"] = _result_count(result or {})

@@ -146,6 +146,21 @@ async def test_engine_unreachable_bridge_serves_and_tools_say_so(bridge: Service
     assert "127.0.0.1" not in result.content[0].text  # no URL, no key, no trace
 
 
+@pytest.mark.anyio
+async def test_logs_are_json_events_with_request_ids_and_no_content(bridge: Service) -> None:
+    async with connect(bridge.url, TOKEN) as client:
+        await client.call_tool("kb_addnote", {"text": "NOTE-BODY-7d1f must never be logged"})
+    echoed = post(bridge, headers={"X-Request-Id": "trace-abc.123"})
+    assert echoed.headers["x-request-id"] == "trace-abc.123"
+    events = [json.loads(line) for line in bridge.log_path.read_text().splitlines() if line.strip()]
+    tool_events = [e for e in events if e.get("event") == "mcp_tool_error" and e.get("tool") == "kb_addnote"]
+    assert tool_events and tool_events[-1]["code"] == "ENGINE_UNAVAILABLE" and tool_events[-1]["engine_status"]
+    requests_by_id = {e["request_id"] for e in events if e.get("event") == "http_request"}
+    assert tool_events[-1]["request_id"] in requests_by_id
+    assert any(e.get("request_id") == "trace-abc.123" for e in events)
+    assert "NOTE-BODY-7d1f" not in bridge.log()
+
+
 def test_4_no_log_line_contains_a_key(bridge: Service) -> None:
     log = bridge.log()
     assert "mcp_tool" in log  # the log did record the calls above
