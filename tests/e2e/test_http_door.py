@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.e2e.mcp_client import connect
-from tests.e2e.processes import Service, free_port, start_bridge
+from tests.e2e.processes import Service, free_port, start_bridge, wait_until
 
 TOKEN = "agent-token-0123456789abcdef"
 ENGINE_KEY = "engine-key-0123456789abcdef"
@@ -152,12 +152,17 @@ async def test_logs_are_json_events_with_request_ids_and_no_content(bridge: Serv
         await client.call_tool("kb_addnote", {"text": "NOTE-BODY-7d1f must never be logged"})
     echoed = post(bridge, headers={"X-Request-Id": "trace-abc.123"})
     assert echoed.headers["x-request-id"] == "trace-abc.123"
-    events = [json.loads(line) for line in bridge.log_path.read_text().splitlines() if line.strip()]
-    tool_events = [e for e in events if e.get("event") == "mcp_tool_error" and e.get("tool") == "kb_addnote"]
+
+    def events() -> list[dict[str, object]]:
+        return [json.loads(line) for line in bridge.log_path.read_text().splitlines() if line.strip()]
+
+    def logged(request_id: object) -> bool:
+        # The access event is written after the response has gone out: poll for it.
+        return any(e.get("event") == "http_request" and e.get("request_id") == request_id for e in events())
+
+    tool_events = [e for e in events() if e.get("event") == "mcp_tool_error" and e.get("tool") == "kb_addnote"]
     assert tool_events and tool_events[-1]["code"] == "ENGINE_UNAVAILABLE" and tool_events[-1]["engine_status"]
-    requests_by_id = {e["request_id"] for e in events if e.get("event") == "http_request"}
-    assert tool_events[-1]["request_id"] in requests_by_id
-    assert any(e.get("request_id") == "trace-abc.123" for e in events)
+    wait_until(lambda: logged(tool_events[-1]["request_id"]) and logged("trace-abc.123"), 10, what="access events")
     assert "NOTE-BODY-7d1f" not in bridge.log()
 
 
