@@ -13,6 +13,7 @@ import tempfile
 from typing import Any
 
 from kb_bridge.logs import configure_logging, gunicorn_logconfig
+from kb_bridge.memory import pin_malloc_thresholds
 from kb_bridge.metrics import MULTIPROC_ENV, mark_worker_dead
 from kb_bridge.settings import load_settings
 
@@ -59,6 +60,8 @@ def on_starting(server: Any) -> None:
 
 def post_fork(server: Any, worker: Any) -> None:
     configure_logging(_settings.server.log_level, _settings.server.log_json)
+    # Upload chunks pass through multi-MiB buffers; see kb_bridge/memory.py.
+    pin_malloc_thresholds()
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -4,7 +4,7 @@
 of chunk bytes, a hash of chunk sizes, all under keys that contain the owner, so another
 caller's upload is simply absent. Every change runs as one Lua script (atomic: a duplicate
 index is compared, never interleaved; the total is checked against the declared size) and
-refreshes the TTL of all three keys: Redis's own expiry is the sweeper, and an upload in use
+refreshes the TTL of all the upload's keys: Redis's own expiry is the sweeper, and an upload in use
 is by definition not idle. While a finish streams the file out, a lock key is held and the
 TTLs are kept fresh, so a long finish cannot outlive its upload.
 
@@ -31,27 +31,34 @@ from kb_bridge.uploads.store import Progress, Upload
 
 logger = logging.getLogger(__name__)
 
-_BLOCK = 1024 * 1024
+# Finish reads staged chunks in slices of this size: bounded memory whatever the chunk size.
+_BLOCK = 256 * 1024
 _LOCK_MS = 30_000
 
-# KEYS: meta, chunks, sizes, lock. ARGV: index, data, ttl_ms.
+# Chunk bytes live in one string key per chunk (`<base>:c:<index>`), so a finish can read them in
+# slices (GETRANGE) and a worker never holds more than a slice of Redis data at once.
+# Refreshing TTLs walks the sizes hash to name the chunk keys; fine on a single Redis (not Cluster).
+
+# KEYS: meta, sizes, lock, chunk. ARGV: index, data, ttl_ms, chunk key prefix.
 _PUT_CHUNK = """
 local meta = redis.call('GET', KEYS[1])
 if not meta then return {'missing'} end
-if redis.call('EXISTS', KEYS[4]) == 1 then return {'finishing'} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'finishing'} end
 local m = cjson.decode(meta)
 if type(m['result']) == 'table' then return {'finished', tostring(m['result']['job_id'])} end
-local existing = redis.call('HGET', KEYS[2], ARGV[1])
+local existing = redis.call('GET', KEYS[4])
 if existing then
   if existing ~= ARGV[2] then return {'conflict'} end
 else
   local total = 0
-  for _, size in ipairs(redis.call('HVALS', KEYS[3])) do total = total + tonumber(size) end
+  for _, size in ipairs(redis.call('HVALS', KEYS[2])) do total = total + tonumber(size) end
   if total + string.len(ARGV[2]) > tonumber(m['total_size']) then return {'too_big', tostring(total + string.len(ARGV[2]))} end
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[1], string.len(ARGV[2]))
+  redis.call('SET', KEYS[4], ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[1], string.len(ARGV[2]))
 end
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('PEXPIRE', ARGV[4] .. index, ARGV[3]) end
 return {'ok'}
 """
 
@@ -85,9 +92,18 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# KEYS: meta, chunks, sizes. ARGV: ttl_ms.
+# KEYS: meta, sizes. ARGV: ttl_ms, chunk key prefix.
 _TOUCH = """
-for i = 1, 3 do if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('PEXPIRE', ARGV[2] .. index, ARGV[1]) end
+return 1
+"""
+
+# KEYS: sizes. ARGV: chunk key prefix. Drops every chunk and the sizes hash.
+_DROP_CHUNKS = """
+for _, index in ipairs(redis.call('HKEYS', KEYS[1])) do redis.call('DEL', ARGV[1] .. index) end
+redis.call('DEL', KEYS[1])
 return 1
 """
 
@@ -101,6 +117,7 @@ class RedisStore:
         self._create = client.register_script(_CREATE)
         self._unlock = client.register_script(_UNLOCK)
         self._touch = client.register_script(_TOUCH)
+        self._drop_chunks = client.register_script(_DROP_CHUNKS)
 
     @classmethod
     def from_url(cls, url: str, ttl_seconds: float) -> RedisStore:
@@ -112,10 +129,11 @@ class RedisStore:
         return f"{self._prefix}:u:{owner}:"
 
     def _keys(self, upload_id: str, owner: str) -> tuple[str, str, str, str]:
+        """(meta, chunk key prefix, sizes, lock) of an upload."""
         if not is_upload_id(upload_id):
             raise UploadExpired()
         base = self._base(owner) + upload_id
-        return f"{base}:meta", f"{base}:chunks", f"{base}:sizes", f"{base}:lock"
+        return f"{base}:meta", f"{base}:c:", f"{base}:sizes", f"{base}:lock"
 
     # --- the interface ---------------------------------------------------------------------------------
 
@@ -161,9 +179,12 @@ class RedisStore:
         return Progress(chunks={int(k): int(v) for k, v in sizes.items()}, last_activity=last_activity)
 
     def put_chunk(self, upload_id: str, owner: str, index: int, data: bytes) -> Progress:
-        keys = self._keys(upload_id, owner)
+        meta_key, chunk_prefix, sizes_key, lock_key = self._keys(upload_id, owner)
         with _redis_errors():
-            outcome = self._put_chunk(keys=list(keys), args=[str(index), data, self._ttl_ms])
+            outcome = self._put_chunk(
+                keys=[meta_key, sizes_key, lock_key, f"{chunk_prefix}{index}"],
+                args=[str(index), data, self._ttl_ms, chunk_prefix],
+            )
         verdict = outcome[0].decode()
         if verdict == "missing":
             raise UploadExpired()
@@ -185,7 +206,7 @@ class RedisStore:
 
     @contextmanager
     def finishing(self, upload_id: str, owner: str) -> Iterator[Upload]:
-        meta_key, chunks_key, sizes_key, lock_key = self._keys(upload_id, owner)
+        meta_key, chunk_prefix, sizes_key, lock_key = self._keys(upload_id, owner)
         token = secrets.token_hex(16)
         with _redis_errors():
             # Another host may be finishing this upload: wait for it (its result will be ours).
@@ -195,7 +216,7 @@ class RedisStore:
                 time.sleep(0.1)
         stop = threading.Event()
         keeper = threading.Thread(
-            target=self._keep_alive, args=(stop, [meta_key, chunks_key, sizes_key], lock_key, token), daemon=True
+            target=self._keep_alive, args=(stop, [meta_key, sizes_key], chunk_prefix, lock_key, token), daemon=True
         )
         keeper.start()
         try:
@@ -206,36 +227,39 @@ class RedisStore:
             with _redis_errors():
                 self._unlock(keys=[lock_key], args=[token])
 
-    def _keep_alive(self, stop: threading.Event, keys: list[str], lock_key: str, token: str) -> None:
+    def _keep_alive(self, stop: threading.Event, keys: list[str], chunk_prefix: str, lock_key: str, token: str) -> None:
         """While a finish runs, keep the upload and its lock from expiring."""
         while not stop.wait(min(_LOCK_MS / 3000, self._ttl_ms / 3000)):
             try:
-                self._touch(keys=keys, args=[self._ttl_ms])
+                self._touch(keys=keys, args=[self._ttl_ms, chunk_prefix])
                 if self._redis.get(lock_key) == token.encode():
                     self._redis.pexpire(lock_key, _LOCK_MS)
             except redis.RedisError:
                 logger.warning("could not refresh an upload being finished; Redis unreachable")
 
     def read_chunks(self, upload_id: str, owner: str, count: int) -> Iterator[bytes]:
-        chunks_key = self._keys(upload_id, owner)[1]
+        chunk_prefix = self._keys(upload_id, owner)[1]
         for index in range(count):
-            with _redis_errors():
-                data = self._redis.hget(chunks_key, str(index))
-            if data is None:
-                raise UploadExpired()
-            view = memoryview(data)
-            for start in range(0, len(view), _BLOCK):
-                yield bytes(view[start : start + _BLOCK])
+            key, start = f"{chunk_prefix}{index}", 0
+            while True:
+                with _redis_errors():
+                    piece = self._redis.getrange(key, start, start + _BLOCK - 1)
+                if not piece:
+                    if start == 0:
+                        raise UploadExpired()
+                    break
+                yield piece
+                start += len(piece)
+                if len(piece) < _BLOCK:
+                    break
 
     def mark_finished(self, upload_id: str, owner: str, result: dict[str, Any]) -> None:
-        meta_key, chunks_key, sizes_key, _ = self._keys(upload_id, owner)
+        meta_key, chunk_prefix, sizes_key, _ = self._keys(upload_id, owner)
         upload = self.get(upload_id, owner)
         upload.result = result
         with _redis_errors():
-            pipe = self._redis.pipeline()
-            pipe.set(meta_key, json.dumps(upload.to_json()), px=self._ttl_ms)
-            pipe.delete(chunks_key, sizes_key)
-            pipe.execute()
+            self._redis.set(meta_key, json.dumps(upload.to_json()), px=self._ttl_ms)
+            self._drop_chunks(keys=[sizes_key], args=[chunk_prefix])
 
     def stats(self) -> tuple[int, int]:
         uploads = staged = 0

@@ -1,0 +1,108 @@
+"""Shared pieces of the benchmarks: processes on loopback, raw MCP calls, statistics, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until  # noqa: E402,F401
+
+RESULTS = REPO / "bench" / "results"
+MODERN = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "kb-bench", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+
+
+class McpHttp:
+    """Single-POST tool calls in the 2026-07-28 era over one keep-alive session: the cheapest
+    correct client, so the figures measure the server, not a client library."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url + "/mcp"
+        self.session = requests.Session()
+        self.session.headers.update({"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                                     "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"})
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self._id = 0
+
+    def call(self, tool: str, arguments: dict[str, Any], raw_arguments: str | None = None) -> dict[str, Any]:
+        """Call `tool`; `raw_arguments` is the arguments object already serialised (large payloads)."""
+        self._id += 1
+        if raw_arguments is None:
+            raw_arguments = json.dumps(arguments)
+        body = (
+            f'{{"jsonrpc": "2.0", "id": {self._id}, "method": "tools/call", '
+            f'"params": {{"name": {json.dumps(tool)}, "_meta": {json.dumps(META)}, "arguments": {raw_arguments}}}}}'
+        )
+        response = self.session.post(self.url, data=body.encode(), headers={"Mcp-Name": tool}, timeout=600)
+        response.raise_for_status()
+        reply = response.json()
+        result = reply.get("result")
+        if result is None or result.get("isError"):
+            raise RuntimeError(f"{tool} failed: {json.dumps(reply)[:500]}")
+        return dict(result["structuredContent"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    low, high = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {"n": len(ms), "p50": round(percentile(ms, 0.5), 3), "p95": round(percentile(ms, 0.95), 3),
+            "p99": round(percentile(ms, 0.99), 3), "mean": round(statistics.fmean(ms), 3) if ms else float("nan")}
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2))
+    return path
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def vm_hwm_kib(pid: int) -> int:
+    """Peak resident set size of a process (VmHWM), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def worker_pids(service: Service) -> list[int]:
+    path = Path(f"/proc/{service.process.pid}/task/{service.process.pid}/children")
+    return [int(p) for p in path.read_text().split()]
