@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from .errors import NotFound
 
+TITLE_CHARS = 80
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
     d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
 
@@ -56,6 +57,15 @@ class DocumentFilter:
                 clauses.append(f"{alias}.{column} {operator} ?")
                 params.append(value)
         return (" AND ".join(clauses) or "1"), params
+
+
+def derive_title(text: str) -> str:
+    """A note's default title: its first non-empty line, without Markdown heading marks, shortened."""
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return "note"
 
 
 def text_sha256(text: str) -> str:

@@ -8,7 +8,6 @@ serialises every write that also changes the vector index, so index and database
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import IO, TYPE_CHECKING
 
@@ -16,9 +15,9 @@ from . import jobs, migrations
 from .chunking import ChunkingPolicy
 from .clock import seconds_ago_iso
 from .config import EngineConfig
+from .datadir import lock_data_dir
 from .db import Database
 from .embedder import Embedder, EmbedderSlot, start_embedder
-from .errors import DataDirInUse
 from .uploads import Staging
 from .worker import IngestionWorker
 
@@ -48,11 +47,24 @@ class Engine:
 
         `embedder` installs an already loaded model (tests share one); otherwise the config decides.
         """
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_data_dir()
+        self._lock_file = lock_data_dir(self.config.data_dir)
+        try:
+            self._open_store()
+            self.embedders.on_ready(self._prepare_vectors)
+            if embedder is not None:
+                self.embedders.use(embedder)
+            else:
+                start_embedder(self.embedders, self.config.embedder, self.config.embed_batch_size,
+                               background=not self.config.wait_for_model)
+        except BaseException:
+            self.close()
+            raise
+        self.worker.start()
+
+    def _open_store(self) -> None:
+        """Upgrade the schema, put interrupted jobs back in the queue, drop uploads no job needs."""
         self.staging.prepare()
-        conn = self.db.connection()
-        version = migrations.migrate(conn)
+        version = migrations.migrate(self.db.connection())
         with self.db.write() as conn:
             resumed = jobs.requeue_running(conn)
             jobs.forget_idempotency_keys_before(conn, seconds_ago_iso(self.config.idempotency_ttl_seconds))
@@ -61,13 +73,6 @@ class Engine:
             logger.info("resuming %d job(s) that were running when the engine stopped", resumed)
         self.staging.sweep(in_use)
         logger.info("database %s at schema version %d", self.config.database_path, version)
-        self.embedders.on_ready(self._prepare_vectors)
-        if embedder is not None:
-            self.embedders.use(embedder)
-        else:
-            start_embedder(self.embedders, self.config.embedder, self.config.embed_batch_size,
-                           background=not self.config.wait_for_model)
-        self.worker.start()
 
     def close(self) -> None:
         if not self.worker.stop(WORKER_STOP_SECONDS):
@@ -98,24 +103,3 @@ class Engine:
             self.vectors = load_index(self.db.connection(), embedder.dim)
         logger.info("loaded %d stored vectors", len(self.vectors))
         self.worker.notify()
-
-    def _lock_data_dir(self) -> None:
-        path = self.config.data_dir / "engine.lock"
-        handle = open(path, "a+", encoding="utf-8")
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock, the documented single-process rule still holds
-            self._lock_file = handle
-            return
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise DataDirInUse(f"the data directory {self.config.data_dir} is in use by engine pid {holder}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._lock_file = handle

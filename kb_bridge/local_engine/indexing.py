@@ -100,6 +100,8 @@ def update_note(
     _check_note(current["doc_type"], current["version"], doc_id, if_match)
     new_text = text if text is not None else str(current["content"])
     new_title = title if title is not None else str(current["title"])
+    if title is None and text is not None and current["title"] == documents.derive_title(str(current["content"])):
+        new_title = documents.derive_title(text)  # the title was derived from the old text: derive it anew
     prepared = prepare(engine, new_text, "note")
     with engine.write_lock:
         with engine.db.write() as conn:

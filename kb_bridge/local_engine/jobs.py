@@ -119,7 +119,7 @@ def find_idempotent_job(
     The same key with a different body is a Conflict: the client reused a key for another request.
     """
     row = conn.execute(
-        "SELECT body_sha256, job_id FROM idempotency_keys WHERE key = ? AND created_at >= ?", (key, not_before)
+        "SELECT body_sha256, job_id FROM idempotency_keys WHERE key = ? AND created_at > ?", (key, not_before)
     ).fetchone()
     if row is None:
         return None
@@ -136,4 +136,4 @@ def remember_idempotency_key(conn: sqlite3.Connection, key: str, body_sha256: st
 
 
 def forget_idempotency_keys_before(conn: sqlite3.Connection, not_before: str) -> int:
-    return conn.execute("DELETE FROM idempotency_keys WHERE created_at < ?", (not_before,)).rowcount
+    return conn.execute("DELETE FROM idempotency_keys WHERE created_at <= ?", (not_before,)).rowcount

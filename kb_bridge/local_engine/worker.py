@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import indexing, jobs, parsers
 from .clock import now_iso
-from .documents import NewDocument, text_sha256
+from .documents import NewDocument, derive_title, text_sha256
 from .errors import IngestionError
 
 if TYPE_CHECKING:
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 IDLE_POLL_SECONDS = 5.0
-TITLE_CHARS = 80
 
 
 class IngestionWorker:
@@ -150,12 +149,3 @@ class IngestionWorker:
         logger.info("job %d abandoned for shutdown; it runs again at the next start", job_id)
         with self._engine.db.write() as conn:
             jobs.requeue(conn, job_id)
-
-
-def derive_title(text: str) -> str:
-    """A note's default title: its first non-empty line, without Markdown heading marks, shortened."""
-    for line in text.splitlines():
-        line = line.strip().lstrip("#").strip()
-        if line:
-            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-    return "note"
