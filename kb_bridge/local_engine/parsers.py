@@ -11,12 +11,16 @@ from __future__ import annotations
 import html.parser
 import importlib.util
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from .errors import IngestionError
 
 logger = logging.getLogger(__name__)
+
+_WHITESPACE = re.compile(r"\s+")
+_BLANK_LINES = re.compile(r"\n{3,}")
 
 # File extension -> doc_type.
 EXTENSIONS = {
@@ -153,11 +157,11 @@ class _HtmlText(html.parser.HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if not self._skip_depth:
-            self._parts.append(" ".join(data.split()) if data.strip() else " ")
+            self._parts.append(_WHITESPACE.sub(" ", data))
 
     def text(self) -> str:
         lines = (line.strip() for line in "".join(self._parts).split("\n"))
-        return "\n".join(lines)
+        return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
 
 
 _PARSERS: dict[str, Callable[[Path], str]] = {

@@ -52,11 +52,10 @@ class IngestionWorker:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        # Jobs wait for the model so that documents get their vectors when they are written.
-        while not self._engine.embedders.wait(0.5):
-            if self._stop.is_set():
-                return
         while not self._stop.is_set():
+            # While the model loads, jobs wait, so that documents get their vectors when they are written.
+            if not self._engine.embedders.wait(0.5):
+                continue
             self._wake.clear()
             try:
                 if self._run_one_job() or self._backfill_some():

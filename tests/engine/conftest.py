@@ -31,10 +31,11 @@ def make_app(tmp_path: Path) -> Iterator[Callable[..., flask.Flask]]:
     """Build engines on tmp_path (or a given data_dir); every one is closed at teardown."""
     apps: list[flask.Flask] = []
 
-    def build(embedder: Embedder | None = None, **overrides: Any) -> flask.Flask:
+    def build(model: Embedder | None = None, **overrides: Any) -> flask.Flask:
+        """`model` installs a loaded embedder; `overrides` are EngineConfig fields."""
         overrides.setdefault("data_dir", tmp_path / "data")
         overrides.setdefault("embedder", "none")
-        app = create_app(EngineConfig(**overrides), embedder=embedder)
+        app = create_app(EngineConfig(**overrides), embedder=model)
         apps.append(app)
         return app
 
@@ -56,7 +57,7 @@ def client(app: flask.Flask) -> FlaskClient:
 
 @pytest.fixture
 def vector_app(make_app: Callable[..., flask.Flask], model: Embedder) -> flask.Flask:
-    return make_app(embedder=model)
+    return make_app(model=model)
 
 
 @pytest.fixture

@@ -177,7 +177,7 @@ def test_related_chunks(vclient: FlaskClient) -> None:
 
 
 def test_related_same_document(make_app: Callable[..., flask.Flask], model: object) -> None:
-    client = make_app(embedder=model, chunk_chars=200, chunk_overlap=0).test_client()
+    client = make_app(model=model, chunk_chars=200, chunk_overlap=0).test_client()
     text = "\n\n".join([
         "Bread needs flour, water, salt and yeast; knead it well and let it rise.",
         "Sourdough bread uses a starter instead of yeast, fed with flour and water.",
