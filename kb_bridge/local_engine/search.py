@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from . import documents, fts
@@ -18,6 +19,8 @@ from .documents import DocumentFilter
 from .errors import Conflict, NotReady
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .engine import Engine
 
 MODES = ("hybrid", "fts", "vector")
@@ -36,22 +39,23 @@ def search(engine: Engine, request: SearchRequest) -> dict[str, object]:
     started = time.perf_counter()
     config = engine.config
     mode = request.mode if engine.vector_search_ready() else "fts"
-    query_vector = None
+    query_vector: Future[np.ndarray] | None = None
     if mode != "fts":
         embedder = engine.embedders.current()
-        assert embedder is not None and engine.vectors is not None  # vector_search_ready() said so
-        query_vector = embedder.embed_query(request.query)
+        assert embedder is not None  # vector_search_ready() said so
+        query_vector = engine.query_executor.submit(embedder.embed_query, request.query)
     depth = max(config.candidates, request.top_n)
     conn = engine.db.connection()
     with engine.db.snapshot():
         lexical: Ranking = []
-        if mode != "vector":
+        if mode != "vector":  # runs while the query is being embedded
             lexical = fts.search(conn, request.query, request.where, depth if mode == "hybrid" else request.top_n,
                                  config.bm25_title_weight, config.bm25_text_weight)
         semantic: Ranking = []
         if query_vector is not None and engine.vectors is not None:
             allowed = None if request.where.is_empty() else documents.matching_document_ids(conn, request.where)
-            semantic = engine.vectors.search(query_vector, depth if mode == "hybrid" else request.top_n, allowed)
+            semantic = engine.vectors.search(query_vector.result(), depth if mode == "hybrid" else request.top_n,
+                                             allowed)
         if mode == "hybrid":
             ranked = fuse([(lexical, config.fts_weight), (semantic, config.vector_weight)], config.rrf_k)
         else:
