@@ -261,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ingestion['chunks_per_second']} chunks/s", flush=True)
             searches = [measure_search(engine, queries, mode) for mode in modes]
             results["tiers"].append({"tier": tier, "ingestion": ingestion, "search": searches,
-                                     "rss_mib": round(engine.rss_mib(), 1)})
+                                     "rss_mib": round(engine.rss_mib(), 1),
+                                     # Other work on the machine shows here (this one is shared).
+                                     "load_average_1m": round(os.getloadavg()[0], 2)})
             for search in searches:
                 print(f"  {search['mode']:>6}: p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms", flush=True)
     finally:

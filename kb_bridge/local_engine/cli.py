@@ -71,6 +71,11 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # numpy's BLAS must be single-threaded here, set before numpy loads (it loads later, with the model).
+    # Vector search is one memory-bound matrix-vector product per query: a second BLAS thread gains little,
+    # and its pool spinning against torch's, which has just embedded the query, made searches 2-10x
+    # slower on 2 cores (bench/engine_bench.py).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -133,6 +133,8 @@ def validate(config: EngineConfig) -> None:
     """Cross-field rules, checked once at load."""
     if config.embedder not in EMBEDDER_CHOICES:
         raise ConfigError(f"KB_ENGINE_EMBEDDER must be one of {', '.join(EMBEDDER_CHOICES)}, got {config.embedder!r}")
+    if not 1 <= config.threads <= 256:
+        raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
     if config.chunk_overlap >= config.chunk_chars // 2:
         raise ConfigError("KB_ENGINE_CHUNK_OVERLAP must be less than half of KB_ENGINE_CHUNK_CHARS")
 

@@ -215,7 +215,7 @@ def existing_chunk_ids(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> se
     return found
 
 
-def lock_document(conn: sqlite3.Connection, doc_id: int) -> sqlite3.Row:
+def require_document(conn: sqlite3.Connection, doc_id: int) -> sqlite3.Row:
     """The document's row for an update (inside a write transaction), or NotFound."""
     row = conn.execute("SELECT id, doc_type, title, version FROM documents WHERE id = ?", (doc_id,)).fetchone()
     if row is None:
@@ -237,14 +237,14 @@ def update_note(
 
 def delete_document(conn: sqlite3.Connection, doc_id: int) -> list[int]:
     """Delete the document and everything hanging off it (cascades); returns the removed chunk ids."""
-    lock_document(conn, doc_id)
+    require_document(conn, doc_id)
     chunk_ids = delete_chunks(conn, doc_id)
     conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
     return chunk_ids
 
 
 def add_tags(conn: sqlite3.Connection, doc_id: int, tags: Sequence[str], now: str) -> dict[str, object]:
-    lock_document(conn, doc_id)
+    require_document(conn, doc_id)
     added = 0
     for tag in tags:
         added += conn.execute(
@@ -256,7 +256,7 @@ def add_tags(conn: sqlite3.Connection, doc_id: int, tags: Sequence[str], now: st
 
 
 def remove_tag(conn: sqlite3.Connection, doc_id: int, tag: str, now: str) -> dict[str, object]:
-    lock_document(conn, doc_id)
+    require_document(conn, doc_id)
     removed = conn.execute("DELETE FROM document_tags WHERE document_id = ? AND tag = ?", (doc_id, tag)).rowcount
     if not removed:
         raise NotFound(f"document {doc_id} has no tag {tag!r}")

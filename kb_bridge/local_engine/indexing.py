@@ -105,7 +105,7 @@ def update_note(
     prepared = prepare(engine, new_text, "note")
     with engine.write_lock:
         with engine.db.write() as conn:
-            row = documents.lock_document(conn, doc_id)
+            row = documents.require_document(conn, doc_id)
             # Checked again under the lock: the version may have moved while we were embedding.
             _check_note(row["doc_type"], row["version"], doc_id, if_match)
             now = now_iso()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,12 +63,12 @@ def submit_file(
     return job, True
 
 
-def _earlier_job(engine: Engine, conn: Any, key: str | None, digest: str) -> dict[str, object] | None:
+def _earlier_job(engine: Engine, conn: sqlite3.Connection, key: str | None, digest: str) -> dict[str, object] | None:
     if key is None:
         return None
     return jobs.find_idempotent_job(conn, key, digest, seconds_ago_iso(engine.config.idempotency_ttl_seconds))
 
 
-def _remember(conn: Any, key: str | None, digest: str, job: dict[str, object]) -> None:
+def _remember(conn: sqlite3.Connection, key: str | None, digest: str, job: dict[str, object]) -> None:
     if key is not None:
-        jobs.remember_idempotency_key(conn, key, digest, int(job["id"]), str(job["created_at"]))  # type: ignore[call-overload]
+        jobs.remember_idempotency_key(conn, key, digest, int(str(job["id"])), str(job["created_at"]))

@@ -125,6 +125,11 @@ def arg_int(name: str, default: int, low: int, high: int) -> int:
     return value
 
 
+def page_args(default_limit: int = 50, max_limit: int = 500) -> tuple[int, int]:
+    """`limit` and `offset` of a listing."""
+    return arg_int("limit", default_limit, 1, max_limit), arg_int("offset", 0, 0, 1 << 62)
+
+
 def arg_bool(name: str, default: bool) -> bool:
     text = request.args.get(name)
     if text is None or text == "":

@@ -36,23 +36,25 @@ def test_minilm_required_but_missing_fails_at_start(
 
 
 def test_hybrid_answers_fts_while_the_model_loads_and_jobs_wait_for_it(
-    make_app: Callable[..., flask.Flask], model: object
+    make_app: Callable[..., flask.Flask], model: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = make_app()
-    engine = engine_of(app)
-    client = app.test_client()
     gate = threading.Event()
 
-    def slow_model() -> object:
+    def slow_model(*args: object, **kwargs: object) -> object:
         gate.wait(30)
         return model
 
-    engine.embedders.disable("reset for the test")
-    engine.embedders.load(slow_model, background=True)  # type: ignore[arg-type]
+    # The real start-up path (background load), with a model that loads when the test says so.
+    monkeypatch.setattr(embedder_module, "SentenceTransformerEmbedder", slow_model)
+    app = make_app(embedder="minilm")
+    engine = engine_of(app)
+    client = app.test_client()
     status = client.get(f"{API}/status").json
     assert status["embedder"]["state"] == "loading" and status["search_modes"] == ["fts"]
+    assert status["model"] is None
     job_id = client.post(f"{API}/jobs", json={"text": "a thrush sings at dawn"}).json["id"]
     assert client.post(f"{API}/search", json={"query": "thrush"}).json["mode"] == "fts"
+    assert client.get(f"{API}/jobs/{job_id}").json["status"] == "queued"
     gate.set()
     wait_for(lambda: client.get(f"{API}/jobs/{job_id}").json["status"] == "done", "job after model load")
     assert len(engine.vectors) == 1  # the job waited for the model, so its chunk has a vector

@@ -23,8 +23,7 @@ def list_documents() -> dict[str, object]:
         source_path=request.args.get("source_path") or None,
         updated_since=parse_iso(since, "updated_since") if since else None,
     )
-    limit = validation.arg_int("limit", 50, 1, 500)
-    offset = validation.arg_int("offset", 0, 0, 1 << 62)
+    limit, offset = validation.page_args()
     with engine.db.snapshot() as conn:
         found, total = documents.list_documents(conn, where, limit, offset)
     return {"documents": found, "total": total}

@@ -101,8 +101,7 @@ def list_jobs() -> dict[str, object]:
     status = request.args.get("status") or None
     if status is not None and status not in jobs.STATUSES:
         raise ValidationError(f"status must be one of {', '.join(jobs.STATUSES)}")
-    limit = validation.arg_int("limit", 50, 1, 500)
-    offset = validation.arg_int("offset", 0, 0, 1 << 62)
+    limit, offset = validation.page_args()
     with engine.db.snapshot() as conn:
         found, total = jobs.list_jobs(conn, status, limit, offset)
     return {"jobs": found, "total": total}
