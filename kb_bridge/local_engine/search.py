@@ -9,6 +9,7 @@ retrieval can be tuned (e.g. on SciFact) without touching this code.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -37,38 +38,41 @@ class SearchRequest:
 
 def search(engine: Engine, request: SearchRequest) -> dict[str, object]:
     started = time.perf_counter()
-    config = engine.config
     mode = request.mode if engine.vector_search_ready() else "fts"
     query_vector: Future[np.ndarray] | None = None
     if mode != "fts":
         embedder = engine.embedders.current()
         assert embedder is not None  # vector_search_ready() said so
         query_vector = engine.query_executor.submit(embedder.embed_query, request.query)
-    depth = max(config.candidates, request.top_n)
     conn = engine.db.connection()
     with engine.db.snapshot():
-        lexical: Ranking = []
-        if mode != "vector":  # runs while the query is being embedded
-            lexical = fts.search(conn, request.query, request.where, depth if mode == "hybrid" else request.top_n,
-                                 config.bm25_title_weight, config.bm25_text_weight)
-        semantic: Ranking = []
-        if query_vector is not None and engine.vectors is not None:
-            allowed = None if request.where.is_empty() else documents.matching_document_ids(conn, request.where)
-            semantic = engine.vectors.search(query_vector.result(), depth if mode == "hybrid" else request.top_n,
-                                             allowed)
-        if mode == "hybrid":
-            ranked = fuse([(lexical, config.fts_weight), (semantic, config.vector_weight)], config.rrf_k)
-        else:
-            ranked = lexical or semantic
-        ranked = ranked[: request.top_n]
+        ranked = _rank(engine, conn, request, mode, query_vector)[: request.top_n]
         chunks = documents.get_chunks(conn, [chunk_id for chunk_id, _ in ranked])
-    results = [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked if chunk_id in chunks]
     return {
         "query": request.query,
         "mode": mode,
         "took_ms": round((time.perf_counter() - started) * 1000, 3),
-        "results": results,
+        "results": [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked if chunk_id in chunks],
     }
+
+
+def _rank(
+    engine: Engine, conn: sqlite3.Connection, request: SearchRequest, mode: str,
+    query_vector: Future[np.ndarray] | None,
+) -> Ranking:
+    config = engine.config
+    depth = max(config.candidates, request.top_n) if mode == "hybrid" else request.top_n
+    lexical: Ranking = []
+    if mode != "vector":  # runs while the query is being embedded
+        lexical = fts.search(conn, request.query, request.where, depth, config.bm25_title_weight,
+                             config.bm25_text_weight)
+    if query_vector is None or engine.vectors is None:
+        return lexical
+    allowed = None if request.where.is_empty() else documents.matching_document_ids(conn, request.where)
+    semantic = engine.vectors.search(query_vector.result(), depth, allowed)
+    if mode == "vector":
+        return semantic
+    return fuse([(lexical, config.fts_weight), (semantic, config.vector_weight)], config.rrf_k)
 
 
 def fuse(rankings: Sequence[tuple[Ranking, float]], k: int) -> Ranking:
