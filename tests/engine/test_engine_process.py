@@ -76,10 +76,15 @@ class EngineProcess:
         wait_for(ready, "the engine to serve /healthz", STARTUP_SECONDS)
 
     def kill(self) -> None:
-        """SIGKILL the whole group (master and worker), as a crash or power cut would."""
-        if self.process.poll() is None:
+        """SIGKILL the whole group (master and worker), as a crash or power cut would, and wait until
+        every process of it is gone: the worker, not our child, may outlive the master by a moment and
+        still hold the data directory's lock."""
+        try:
             os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.process.wait(30)
+        wait_for(lambda: not _group_alive(self.process.pid), "the killed engine's processes to exit", 30)
 
     def stop(self) -> int:
         """SIGTERM, and wait for a clean exit."""
@@ -90,6 +95,14 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture
