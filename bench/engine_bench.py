@@ -1,0 +1,297 @@
+"""Benchmark of the local kb engine through its HTTP API: ingestion throughput and search latency.
+
+Not a test. It starts its own engine on a free 127.0.0.1 port (a fresh data directory unless --data),
+ingests a corpus up to each size tier (default 1k, 10k, 100k chunks), and after each tier runs the same
+queries in each search mode, one at a time, measuring the client-side round trip.
+
+Corpus: SciFact (BEIR) abstracts and claims from ../shared/data/scifact when present (--corpus), each
+abstract one note. SciFact yields about 10.6k chunks, and embedding 100k distinct chunks on a 2-core CPU
+takes over an hour, so the tiers beyond the corpus re-ingest it under new titles and source paths:
+the chunk texts repeat, and the engine reuses the stored vector of a chunk whose exact text it has
+already embedded. Up to 10k every chunk is embedded for real; the 100k tier's ingestion figure is
+therefore "chunks/s with vectors reused" and is reported as such. Its search figures are real: the FTS
+index and the vector matrix hold 100k rows.
+
+    python bench/engine_bench.py                       # all tiers (about 25 minutes on 2 cores)
+    python bench/engine_bench.py --tiers 1000,10000 --queries 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "scifact"
+MODES = ("fts", "hybrid", "vector")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiers", default="1000,10000,100000", help="chunk counts to measure at (ascending)")
+    parser.add_argument("--queries", type=int, default=300, help="queries per mode and tier")
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
+                        help="BEIR directory with corpus.jsonl and queries.jsonl (default: ../shared/data/scifact)")
+    parser.add_argument("--data", type=Path, help="engine data directory (default: a fresh temporary one)")
+    parser.add_argument("--no-embeddings", action="store_true", help="run the engine full-text only")
+    parser.add_argument("--threads", type=int, default=8, help="engine request threads")
+    parser.add_argument("--out", type=Path, help="JSON results file (default: bench/results/engine-<time>.json)")
+    return parser.parse_args(argv)
+
+
+# --- the engine process ---------------------------------------------------------------------------
+
+
+class Engine:
+    def __init__(self, data_dir: Path, log_path: Path, embeddings: bool, threads: int) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}/api/v1"
+        env = {**os.environ, "KB_ENGINE_EMBEDDER": "minilm" if embeddings else "none"}
+        env.pop("KB_API_KEY", None)
+        self.log = open(log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kb_bridge.local_engine", "--data", str(data_dir), "--bind",
+             f"127.0.0.1:{self.port}", "--threads", str(threads), "--wait-for-model", "--log-level", "warning"],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.http = requests.Session()
+
+    def wait_ready(self, deadline_seconds: float = 300) -> dict[str, Any]:
+        end = time.monotonic() + deadline_seconds
+        while time.monotonic() < end:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the engine exited with {self.process.returncode}; see {self.log.name}")
+            try:
+                return self.get("/status")
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        raise SystemExit("the engine did not become ready in time")
+
+    def get(self, path: str) -> dict[str, Any]:
+        response = self.http.get(self.base + path, timeout=60)
+        response.raise_for_status()
+        return response.json()
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(self.base + path, json=body, timeout=60)
+        response.raise_for_status()
+        return response.json()
+
+    def rss_mib(self) -> float:
+        """Resident memory of the engine's processes (gunicorn master and worker)."""
+        total = 0
+        for pid in [self.process.pid, *_children(self.process.pid)]:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total / 1024
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+# --- corpus -----------------------------------------------------------------------------------------
+
+
+def load_corpus(directory: Path) -> tuple[list[dict[str, str]], list[str]]:
+    corpus_path, queries_path = directory / "corpus.jsonl", directory / "queries.jsonl"
+    if not corpus_path.is_file():
+        raise SystemExit(f"no corpus at {corpus_path}; pass --corpus DIR (BEIR format)")
+    with open(corpus_path, encoding="utf-8") as handle:
+        documents = [json.loads(line) for line in handle]
+    with open(queries_path, encoding="utf-8") as handle:
+        queries = [json.loads(line)["text"] for line in handle]
+    return documents, queries
+
+
+class NoteSource:
+    """The corpus as notes, then again and again under new titles and source paths (`round` > 0)."""
+
+    def __init__(self, corpus: list[dict[str, str]]) -> None:
+        self.corpus = corpus
+        self.position = 0
+
+    @property
+    def round(self) -> int:
+        return self.position // len(self.corpus)
+
+    def next(self) -> dict[str, Any]:
+        document = self.corpus[self.position % len(self.corpus)]
+        round_ = self.round
+        self.position += 1
+        suffix = f" (copy {round_})" if round_ else ""
+        return {"text": document["text"], "title": document["title"][:200] + suffix,
+                "source_path": f"scifact/{round_}/{document['_id']}", "tags": ["bench"]}
+
+
+# --- measurements -----------------------------------------------------------------------------------
+
+
+def ingest_until(engine: Engine, notes: NoteSource, target_chunks: int) -> dict[str, Any]:
+    """Queue notes until the engine holds `target_chunks`; return throughput figures.
+
+    The clock runs from the first queued note until the queue is empty, so the rate covers HTTP,
+    queueing, parsing, chunking, embedding and indexing.
+    """
+    start_chunks = engine.get("/status")["chunks"]
+    started = last_report = time.perf_counter()
+    queued = 0
+    while True:
+        status = engine.get("/status")
+        chunks = status["chunks"]
+        pending = status["queue"]["queued"] + status["queue"]["running"]
+        if chunks >= target_chunks and pending == 0:
+            break
+        finished = queued - pending
+        per_note = (chunks - start_chunks) / finished if finished > 0 and chunks > start_chunks else 2.0
+        if pending < 1000 and chunks + pending * per_note < target_chunks:
+            for _ in range(min(200, int((target_chunks - chunks - pending * per_note) / per_note) + 1)):
+                engine.post("/jobs", notes.next())
+                queued += 1
+        else:
+            time.sleep(0.2)
+        now = time.perf_counter()
+        if now - last_report > 10:
+            rate = (chunks - start_chunks) / (now - started)
+            eta = (target_chunks - chunks) / rate if rate > 0 else float("inf")
+            print(f"  {chunks:>7} chunks  {rate:7.1f} chunks/s  eta {eta / 60:5.1f} min", flush=True)
+            last_report = now
+    elapsed = time.perf_counter() - started
+    status = engine.get("/status")
+    added = status["chunks"] - start_chunks
+    if status["queue"]["failed"]:
+        print(f"  warning: {status['queue']['failed']} job(s) failed", flush=True)
+    return {"chunks": status["chunks"], "documents": status["documents"]["total"], "added_chunks": added,
+            "seconds": round(elapsed, 2), "chunks_per_second": round(added / elapsed, 1),
+            "vectors": status["vectors"], "vectors_reused": notes.round > 0}
+
+
+def measure_search(engine: Engine, queries: list[str], mode: str, top_n: int = 10) -> dict[str, Any]:
+    for query in queries[:10]:  # warm caches and code paths
+        engine.post("/search", {"query": query, "mode": mode, "top_n": top_n})
+    client_ms: list[float] = []
+    server_ms: list[float] = []
+    for query in queries:
+        started = time.perf_counter()
+        result = engine.post("/search", {"query": query, "mode": mode, "top_n": top_n})
+        client_ms.append((time.perf_counter() - started) * 1000)
+        server_ms.append(result["took_ms"])
+        if result["mode"] != mode:
+            raise SystemExit(f"asked for {mode}, the engine answered {result['mode']}")
+    return {"mode": mode, "queries": len(queries), "p50_ms": _percentile(client_ms, 50),
+            "p95_ms": _percentile(client_ms, 95), "mean_ms": round(statistics.fmean(client_ms), 2),
+            "server_p50_ms": _percentile(server_ms, 50), "server_p95_ms": _percentile(server_ms, 95)}
+
+
+def _percentile(values: list[float], percent: float) -> float:
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(percent / 100 * len(ordered) + 0.5) - 1))
+    return round(ordered[rank], 2)
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "sqlite": __import__("sqlite3").sqlite_version}
+
+
+# --- main -------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tiers = sorted(int(t) for t in args.tiers.split(","))
+    corpus, queries = load_corpus(args.corpus)
+    queries = queries[: args.queries]
+    modes = ("fts",) if args.no_embeddings else MODES
+    workdir = Path(tempfile.mkdtemp(prefix="kb-engine-bench-"))
+    data_dir = args.data or workdir / "data"
+    print(f"engine data in {data_dir}, log in {workdir / 'engine.log'}", flush=True)
+    engine = Engine(data_dir, workdir / "engine.log", not args.no_embeddings, args.threads)
+    results: dict[str, Any] = {"started_at": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": machine(),
+                               "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+                               "corpus": str(args.corpus), "tiers": []}
+    try:
+        status = engine.wait_ready()
+        results["engine"] = {"version": status["version"], "model": status["model"]}
+        notes = NoteSource(corpus)
+        for tier in tiers:
+            print(f"ingesting up to {tier} chunks ...", flush=True)
+            ingestion = ingest_until(engine, notes, tier)
+            print(f"  {ingestion['chunks']} chunks in {ingestion['documents']} documents; "
+                  f"{ingestion['chunks_per_second']} chunks/s", flush=True)
+            searches = [measure_search(engine, queries, mode) for mode in modes]
+            results["tiers"].append({"tier": tier, "ingestion": ingestion, "search": searches,
+                                     "rss_mib": round(engine.rss_mib(), 1),
+                                     # Other work on the machine shows here (this one is shared).
+                                     "load_average_1m": round(os.getloadavg()[0], 2)})
+            for search in searches:
+                print(f"  {search['mode']:>6}: p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms", flush=True)
+    finally:
+        engine.stop()
+    print_table(results)
+    out = args.out or REPO / "bench" / "results" / f"engine-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"results written to {out}")
+    return 0
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print()
+    print(f"machine: {results['machine']['cpu']}, {results['machine']['cores']} cores")
+    header = f"{'chunks':>8} {'docs':>6} {'ingest chunks/s':>16} {'mode':>6} {'p50 ms':>8} {'p95 ms':>8} {'server p95':>10} {'RSS MiB':>8}"
+    print(header)
+    print("-" * len(header))
+    for tier in results["tiers"]:
+        ingestion = tier["ingestion"]
+        rate = f"{ingestion['chunks_per_second']}{'*' if ingestion['vectors_reused'] else ''}"
+        for i, search in enumerate(tier["search"]):
+            first = i == 0
+            print(f"{ingestion['chunks'] if first else '':>8} {ingestion['documents'] if first else '':>6} "
+                  f"{rate if first else '':>16} {search['mode']:>6} {search['p50_ms']:>8} {search['p95_ms']:>8} "
+                  f"{search['server_p95_ms']:>10} {tier['rss_mib'] if first else '':>8}")
+    print("* vectors reused: chunk texts repeat the corpus beyond its size (see the module docstring)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""Text into chunks: heading-aware for Markdown, size-bounded with overlap for prose.
+
+A chunk is what gets embedded and ranked, so it should hold one topic and fit the model's window
+(all-MiniLM-L6-v2 reads 256 word pieces, roughly 1000 characters of English). Markdown is first cut at its
+headings; sections that fit are packed together, longer ones are split like prose, and every continuation
+starts with its section's heading so that it still says what it is about. Prose is split at paragraph,
+then sentence, then word boundaries, and consecutive chunks overlap so that a sentence cut at a boundary is
+still found whole in one of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+# Formats whose text carries Markdown headings: Markdown itself, notes (agents write Markdown), and the
+# DOCX/HTML parsers, which render headings as Markdown.
+MARKDOWN_TYPES = frozenset({"md", "note", "docx", "html"})
+
+_HEADING = re.compile(r"^(#{1,6})[ \t]+\S")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+_BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkingPolicy:
+    max_chars: int = 1000
+    overlap: int = 150
+
+
+@dataclasses.dataclass(frozen=True)
+class _Piece:
+    """A unit of text no longer than max_chars, and the paragraph it came from (to choose the joiner)."""
+
+    text: str
+    paragraph: int
+
+
+def normalise(text: str) -> str:
+    """Unix newlines, no NULs or trailing spaces, at most one blank line in a row."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def chunk_text(text: str, doc_type: str, policy: ChunkingPolicy) -> list[str]:
+    text = normalise(text)
+    if not text:
+        return []
+    if doc_type in MARKDOWN_TYPES:
+        return _chunk_markdown(text, policy)
+    return _chunk_prose(text, policy)
+
+
+def _chunk_markdown(text: str, policy: ChunkingPolicy) -> list[str]:
+    chunks: list[str] = []
+    packed = ""
+    for heading, section in _sections(text):
+        if packed and len(packed) + 2 + len(section) <= policy.max_chars:
+            packed = f"{packed}\n\n{section}"
+            continue
+        if packed:
+            chunks.append(packed)
+            packed = ""
+        if len(section) <= policy.max_chars:
+            packed = section
+            continue
+        chunks.extend(_split_section(heading, section, policy))
+    if packed:
+        chunks.append(packed)
+    return chunks
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """(heading line, section text including that line); text before the first heading has heading ''."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    in_fence = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and _HEADING.match(line):
+            sections.append((line.strip(), []))
+        sections[-1][1].append(line)
+    result = [(heading, "\n".join(lines).strip()) for heading, lines in sections]
+    return [(heading, body) for heading, body in result if body]
+
+
+def _split_section(heading: str, section: str, policy: ChunkingPolicy) -> list[str]:
+    if not heading:
+        return _chunk_prose(section, policy)
+    body = section[len(heading):].strip()
+    # Leave room for the heading that prefixes every piece; a heading longer than half a chunk is cut.
+    prefix = heading[: policy.max_chars // 2]
+    room = max(policy.max_chars - len(prefix) - 2, policy.max_chars // 2)
+    inner = ChunkingPolicy(max_chars=room, overlap=min(policy.overlap, room // 3))
+    return [f"{prefix}\n\n{piece}" for piece in _chunk_prose(body, inner)]
+
+
+def _chunk_prose(text: str, policy: ChunkingPolicy) -> list[str]:
+    pieces = _pieces(text, policy.max_chars)
+    chunks: list[str] = []
+    current: list[_Piece] = []
+    length = 0
+    for piece in pieces:
+        added = len(piece.text) + (2 if current else 0)
+        if current and length + added > policy.max_chars:
+            chunks.append(_join(current))
+            current = _overlap_tail(current, policy.overlap)
+            length = len(_join(current)) if current else 0
+            added = len(piece.text) + (2 if current else 0)
+            if current and length + added > policy.max_chars:
+                current, length = [], 0
+                added = len(piece.text)
+        current.append(piece)
+        length += added
+    if current:
+        chunks.append(_join(current))
+    return chunks
+
+
+def _pieces(text: str, max_chars: int) -> list[_Piece]:
+    """Paragraphs, or their sentences when a paragraph is too long, or words when a sentence is."""
+    pieces: list[_Piece] = []
+    for number, paragraph in enumerate(p.strip() for p in text.split("\n\n")):
+        if not paragraph:
+            continue
+        if len(paragraph) <= max_chars:
+            pieces.append(_Piece(paragraph, number))
+            continue
+        for sentence in _SENTENCE_END.split(paragraph):
+            for part in _hard_split(sentence.strip(), max_chars):
+                pieces.append(_Piece(part, number))
+    return pieces
+
+
+def _hard_split(text: str, max_chars: int) -> list[str]:
+    """Cut text longer than max_chars at the last whitespace before the limit (or at the limit)."""
+    parts = []
+    while len(text) > max_chars:
+        cut = text.rfind(" ", max_chars // 2, max_chars + 1)
+        if cut <= 0:
+            cut = max_chars
+        parts.append(text[:cut].strip())
+        text = text[cut:].strip()
+    if text:
+        parts.append(text)
+    return parts
+
+
+def _join(pieces: list[_Piece]) -> str:
+    out = pieces[0].text
+    for previous, piece in zip(pieces, pieces[1:]):
+        out += (" " if piece.paragraph == previous.paragraph else "\n\n") + piece.text
+    return out
+
+
+def _overlap_tail(pieces: list[_Piece], overlap: int) -> list[_Piece]:
+    """The last pieces of a chunk, up to `overlap` characters, to start the next chunk with."""
+    if overlap <= 0:
+        return []
+    tail: list[_Piece] = []
+    length = 0
+    for piece in reversed(pieces):
+        if length + len(piece.text) > overlap:
+            break
+        tail.insert(0, piece)
+        length += len(piece.text) + 1
+    if not tail:
+        last = pieces[-1]
+        cut = last.text.find(" ", len(last.text) - overlap)
+        if cut == -1:
+            return []
+        return [_Piece(last.text[cut + 1 :], last.paragraph)]
+    return tail

@@ -1,0 +1,95 @@
+"""`kb-bridge engine` / `python -m kb_bridge.local_engine`: run the local kb engine."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from .config import EngineConfig, load_config, parse_bind
+from .datadir import lock_data_dir
+from .errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Run the local kb engine: the knowledge-base HTTP API (engine-api v1) that kb-bridge talks to.
+Documents, chunks, tags, jobs and vectors live in one SQLite database under --data.
+Search is BM25 full text, all-MiniLM-L6-v2 vectors (with the 'engine' extra), or both fused.
+"""
+
+EPILOG = """\
+environment:
+  KB_API_KEY                  require this key on /api/v1/* (Authorization: Bearer KEY or X-API-Key: KEY)
+  KB_ENGINE_DATA              data directory (same as --data)
+  KB_ENGINE_BIND              HOST:PORT (same as --bind)
+  KB_ENGINE_EMBEDDER          auto (default) | minilm | none (full-text search only)
+  KB_ENGINE_WAIT_FOR_MODEL    1: load the model before serving instead of in the background
+  KB_ENGINE_MAX_UPLOAD_BYTES  largest accepted upload (default 629145600 = 600 MiB)
+  KB_ENGINE_THREADS           request threads (default 8)
+  more in docs/engine.md (chunking, fusion and BM25 parameters).
+
+Without KB_API_KEY the engine refuses to bind a non-loopback address unless --allow-no-auth is given.
+SIGTERM stops gracefully, SIGINT fast; an interrupted ingestion job runs again at the next start.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kb-bridge engine", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--data", metavar="DIR",
+                        help="data directory (default: $XDG_DATA_HOME/kb-bridge/engine or ~/.local/share/kb-bridge/engine)")
+    parser.add_argument("--bind", metavar="HOST:PORT", help="address to listen on (default: 127.0.0.1:8000)")
+    parser.add_argument("--threads", type=int, metavar="N", help="request threads (default: 8)")
+    parser.add_argument("--no-embeddings", action="store_true",
+                        help="full-text search only, even when the embedding model is installed")
+    parser.add_argument("--wait-for-model", action="store_true",
+                        help="load the embedding model before serving (default: in the background; "
+                             "full-text search works meanwhile)")
+    parser.add_argument("--allow-no-auth", action="store_true",
+                        help="allow a non-loopback --bind without KB_API_KEY (trusted networks only)")
+    parser.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="log level (default: info)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads}
+    if args.bind:
+        overrides["host"], overrides["port"] = parse_bind(args.bind)
+    if args.no_embeddings:
+        overrides["embedder"] = "none"
+    for flag in ("wait_for_model", "allow_no_auth", "access_log"):
+        if getattr(args, flag):
+            overrides[flag] = True
+    return load_config(os.environ, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # numpy's BLAS must be single-threaded here, set before numpy loads (it loads later, with the model).
+    # Vector search is one memory-bound matrix-vector product per query: a second BLAS thread gains little,
+    # and its pool spinning against torch's, which has just embedded the query, made searches 2-10x
+    # slower on 2 cores (bench/engine_bench.py).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = config_from_args(args)
+        config.check_bind_is_safe()
+        # Fail here, in the foreground, rather than in a worker that gunicorn would retry.
+        lock_data_dir(config.data_dir).close()
+    except EngineError as exc:
+        print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
+        return 2
+    if not config.api_key:
+        logger.warning("KB_API_KEY is not set: the engine API is open to anyone who can reach %s", config.bind)
+    from .server import serve  # gunicorn is only needed to serve, not for --help
+
+    return serve(config, args.log_level)

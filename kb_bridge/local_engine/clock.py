@@ -1,0 +1,34 @@
+"""Timestamps as the API shows them: ISO-8601 UTC with `Z`, millisecond precision.
+
+One fixed-width format means the strings sort like the instants they name, so SQLite compares them as text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .errors import ValidationError
+
+
+def now_iso() -> str:
+    return format_iso(dt.datetime.now(dt.timezone.utc))
+
+
+def format_iso(moment: dt.datetime) -> str:
+    moment = moment.astimezone(dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_iso(text: str, name: str) -> str:
+    """A client's timestamp (`Z` or an offset; a bare date or naive time is taken as UTC), normalised."""
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return format_iso(moment)
+
+
+def seconds_ago_iso(seconds: float) -> str:
+    return format_iso(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds))

@@ -1,0 +1,191 @@
+"""Engine configuration: one frozen object, read from the environment in one function.
+
+Tests build `EngineConfig(...)` directly; the CLI calls `load_config(os.environ, overrides)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+MiB = 1024 * 1024
+EMBEDDER_CHOICES = ("auto", "minilm", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine can be told. Defaults are the documented ones (docs/engine.md)."""
+
+    data_dir: Path
+    api_key: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    threads: int = 8
+    # "auto": the bundled model when the `engine` extra is installed, else full text only;
+    # "minilm": the model or fail at start; "none": full text only even when the model is installed.
+    embedder: str = "auto"
+    # Load the model before serving (True) or in the background while full-text search already works.
+    wait_for_model: bool = False
+    max_upload_bytes: int = 600 * MiB
+    max_json_bytes: int = 32 * MiB
+    chunk_chars: int = 1000
+    chunk_overlap: int = 150
+    embed_batch_size: int = 32
+    # Hybrid fusion: reciprocal rank fusion 1/(k + rank), summed over signals with these weights.
+    rrf_k: int = 60
+    candidates: int = 100
+    fts_weight: float = 1.0
+    vector_weight: float = 1.0
+    # BM25 column weights for (title, text): a hit in the title counts more than one in the body.
+    bm25_title_weight: float = 2.0
+    bm25_text_weight: float = 1.0
+    idempotency_ttl_seconds: int = 24 * 3600
+    allow_no_auth: bool = False
+    access_log: bool = False
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "engine.sqlite3"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"
+
+    @property
+    def bind(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def check_bind_is_safe(self) -> None:
+        """Refuse to serve an open engine beyond this machine: a non-loopback bind needs a key."""
+        if self.api_key or self.is_loopback() or self.allow_no_auth:
+            return
+        raise ConfigError(
+            f"refusing to bind {self.bind} without KB_API_KEY: anyone who can reach it could read and "
+            "change the knowledge base. Set KB_API_KEY, bind 127.0.0.1, or pass --allow-no-auth "
+            "(KB_ENGINE_ALLOW_NO_AUTH=1) if the network is trusted (e.g. a private container network)."
+        )
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    """`$XDG_DATA_HOME/kb-bridge/engine`, else `~/.local/share/kb-bridge/engine`."""
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kb-bridge" / "engine"
+
+
+def parse_bind(value: str, name: str = "--bind") -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:8000`) into its parts."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{name} must be HOST:PORT, got {value!r}")
+    host = host.strip("[]")
+    port = _int_in_range(port_text, name, 0, 65535)
+    return host, port
+
+
+def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> EngineConfig:
+    """Build the config from environment variables, then apply overrides (command-line options).
+
+    Overrides with the value None are ignored, so argparse defaults of None mean "not given".
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {"data_dir": Path(env["KB_ENGINE_DATA"]) if env.get("KB_ENGINE_DATA") else None}
+    values["api_key"] = env.get("KB_API_KEY") or None
+    if env.get("KB_ENGINE_BIND"):
+        values["host"], values["port"] = parse_bind(env["KB_ENGINE_BIND"], "KB_ENGINE_BIND")
+    for field, var, low, high in _INT_VARS:
+        if env.get(var):
+            values[field] = _int_in_range(env[var], var, low, high)
+    for field, var in _FLOAT_VARS:
+        if env.get(var):
+            values[field] = _positive_float(env[var], var)
+    for field, var in _BOOL_VARS:
+        if env.get(var):
+            values[field] = _bool(env[var], var)
+    if env.get("KB_ENGINE_EMBEDDER"):
+        values["embedder"] = env["KB_ENGINE_EMBEDDER"].strip().lower()
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    if values.get("data_dir") is None:
+        values["data_dir"] = default_data_dir(env)
+    values["data_dir"] = Path(values["data_dir"]).expanduser()
+    config = EngineConfig(**values)
+    validate(config)
+    return config
+
+
+def validate(config: EngineConfig) -> None:
+    """Cross-field rules, checked once at load."""
+    if config.embedder not in EMBEDDER_CHOICES:
+        raise ConfigError(f"KB_ENGINE_EMBEDDER must be one of {', '.join(EMBEDDER_CHOICES)}, got {config.embedder!r}")
+    if not 1 <= config.threads <= 256:
+        raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
+    if config.chunk_overlap >= config.chunk_chars // 2:
+        raise ConfigError("KB_ENGINE_CHUNK_OVERLAP must be less than half of KB_ENGINE_CHUNK_CHARS")
+
+
+_INT_VARS = (
+    ("threads", "KB_ENGINE_THREADS", 1, 256),
+    ("max_upload_bytes", "KB_ENGINE_MAX_UPLOAD_BYTES", 1, 1 << 40),
+    ("max_json_bytes", "KB_ENGINE_MAX_JSON_BYTES", 1024, 1 << 32),
+    ("chunk_chars", "KB_ENGINE_CHUNK_CHARS", 200, 100_000),
+    ("chunk_overlap", "KB_ENGINE_CHUNK_OVERLAP", 0, 50_000),
+    ("embed_batch_size", "KB_ENGINE_EMBED_BATCH", 1, 4096),
+    ("rrf_k", "KB_ENGINE_RRF_K", 0, 100_000),
+    ("candidates", "KB_ENGINE_CANDIDATES", 1, 10_000),
+)
+_FLOAT_VARS = (
+    ("fts_weight", "KB_ENGINE_FTS_WEIGHT"),
+    ("vector_weight", "KB_ENGINE_VECTOR_WEIGHT"),
+    ("bm25_title_weight", "KB_ENGINE_BM25_TITLE_WEIGHT"),
+    ("bm25_text_weight", "KB_ENGINE_BM25_TEXT_WEIGHT"),
+)
+_BOOL_VARS = (
+    ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),
+    ("allow_no_auth", "KB_ENGINE_ALLOW_NO_AUTH"),
+    ("access_log", "KB_ENGINE_ACCESS_LOG"),
+)
+
+
+def _int_in_range(text: str, name: str, low: int, high: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {text!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _positive_float(text: str, name: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {text!r}") from None
+    if not value >= 0:
+        raise ConfigError(f"{name} must be zero or more, got {text!r}")
+    return value
+
+
+def _bool(text: str, name: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{name} must be 1/0, true/false, yes/no or on/off, got {text!r}")

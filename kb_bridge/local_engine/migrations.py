@@ -1,0 +1,160 @@
+"""Versioned schema migrations, tracked in SQLite's `PRAGMA user_version`.
+
+Each migration runs in its own transaction, so an upgrade interrupted halfway leaves the database at the
+last completed version and the next start carries on. A database from a newer engine is refused, never
+"downgraded". Add a migration by appending to MIGRATIONS; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sqlite3
+
+from .errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+_BASE_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # AUTOINCREMENT: ids are never reused, so a client holding the id of a deleted document gets 404,
+    # not somebody else's document.
+    """CREATE TABLE documents (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        title TEXT NOT NULL,
+        doc_type TEXT NOT NULL,
+        source_path TEXT,
+        size_bytes INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        version INTEGER NOT NULL DEFAULT 1,
+        created_at TEXT NOT NULL
+    )""",
+    "CREATE INDEX documents_source_path ON documents(source_path)",
+    "CREATE INDEX documents_doc_type ON documents(doc_type)",
+    # The full text lives apart from `documents` so that listing documents never reads it.
+    """CREATE TABLE document_content (
+        document_id INTEGER PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+        text TEXT NOT NULL
+    )""",
+    """CREATE TABLE document_tags (
+        document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        tag TEXT NOT NULL,
+        PRIMARY KEY (document_id, tag)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX document_tags_tag ON document_tags(tag, document_id)",
+    # `title` repeats the document's title because the full-text index ranks title hits per chunk.
+    # Only a note's PATCH changes a title, and it rewrites every chunk, so the copies never drift.
+    """CREATE TABLE chunks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+        chunk_index INTEGER NOT NULL,
+        title TEXT NOT NULL,
+        text TEXT NOT NULL,
+        text_sha256 TEXT NOT NULL,
+        UNIQUE (document_id, chunk_index)
+    )""",
+    "CREATE INDEX chunks_text_sha256 ON chunks(text_sha256)",
+    # External-content FTS5 table over `chunks`: the text is stored once; triggers keep the index in step.
+    """CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        title, text, content='chunks', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2'
+    )""",
+    """CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts(rowid, title, text) VALUES (new.id, new.title, new.text);
+    END""",
+    """CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, title, text) VALUES ('delete', old.id, old.title, old.text);
+    END""",
+    """CREATE TRIGGER chunks_fts_update AFTER UPDATE ON chunks BEGIN
+        INSERT INTO chunks_fts(chunks_fts, rowid, title, text) VALUES ('delete', old.id, old.title, old.text);
+        INSERT INTO chunks_fts(rowid, title, text) VALUES (new.id, new.title, new.text);
+    END""",
+    # Normalised float32 vectors, little-endian; the model that made them is recorded in meta.
+    """CREATE TABLE embeddings (
+        chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+        vector BLOB NOT NULL
+    )""",
+    # `payload` holds what the job needs (note text, upload fields) until it is done; `staged_path` the
+    # uploaded file kept under the data directory until then. No foreign key on document_id: the job
+    # history outlives a deleted document.
+    """CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        type TEXT NOT NULL,
+        status TEXT NOT NULL,
+        document_id INTEGER,
+        filename TEXT,
+        error TEXT,
+        created_at TEXT NOT NULL,
+        started_at TEXT,
+        finished_at TEXT,
+        payload TEXT,
+        staged_path TEXT
+    )""",
+    "CREATE INDEX jobs_status ON jobs(status, id)",
+    """CREATE TABLE idempotency_keys (
+        key TEXT PRIMARY KEY,
+        body_sha256 TEXT NOT NULL,
+        job_id INTEGER NOT NULL,
+        created_at TEXT NOT NULL
+    )""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "base schema (kb engine 2.x)", _BASE_SCHEMA),
+    Migration(
+        2,
+        "documents.updated_at for note mutation (seed 001, kb engine 3.0)",
+        (
+            "ALTER TABLE documents ADD COLUMN updated_at TEXT",
+            "UPDATE documents SET updated_at = created_at",
+            "CREATE INDEX documents_updated_at ON documents(updated_at, id)",
+        ),
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, target: int = LATEST_VERSION) -> int:
+    """Bring the database up to `target` (tests stop early to build an old database). Returns the version."""
+    current = schema_version(conn)
+    if current > LATEST_VERSION:
+        raise ConfigError(
+            f"the database is at schema version {current}, newer than this engine knows ({LATEST_VERSION}); "
+            "upgrade kb-bridge or use another --data directory"
+        )
+    for migration in MIGRATIONS:
+        if current < migration.version <= target:
+            _apply(conn, migration)
+            current = migration.version
+    return current
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if schema_version(conn) >= migration.version:
+            # Another process got here first; the write lock made us wait until it had finished.
+            conn.execute("ROLLBACK")
+            return
+        logger.info("migrating database to version %d: %s", migration.version, migration.description)
+        for statement in migration.statements:
+            conn.execute(statement)
+        # PRAGMA does not take parameters; the version is our own integer.
+        conn.execute(f"PRAGMA user_version = {int(migration.version)}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

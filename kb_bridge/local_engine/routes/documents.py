@@ -1,0 +1,101 @@
+"""Documents: list, fetch, delete; note updates (PATCH /notes); tags."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify, request
+
+from .. import documents, indexing, validation
+from ..clock import now_iso, parse_iso
+from ..documents import DocumentFilter
+from ..errors import ValidationError
+from . import current_engine
+
+blueprint = Blueprint("documents", __name__)
+
+
+@blueprint.get("/api/v1/documents")
+def list_documents() -> dict[str, object]:
+    engine = current_engine()
+    since = request.args.get("updated_since")
+    where = DocumentFilter(
+        tags=tuple(validation.check_tag(tag, "tag") for tag in dict.fromkeys(request.args.getlist("tag"))),
+        doc_type=request.args.get("doc_type") or None,
+        source_path=request.args.get("source_path") or None,
+        updated_since=parse_iso(since, "updated_since") if since else None,
+    )
+    limit, offset = validation.page_args()
+    with engine.db.snapshot() as conn:
+        found, total = documents.list_documents(conn, where, limit, offset)
+    return {"documents": found, "total": total}
+
+
+@blueprint.get("/api/v1/documents/<id:doc_id>")
+def get_document(doc_id: int) -> Response:
+    engine = current_engine()
+    with engine.db.snapshot() as conn:
+        document = documents.get_document_detail(conn, doc_id)
+    return _with_etag(document)
+
+
+@blueprint.delete("/api/v1/documents/<id:doc_id>")
+def delete_document(doc_id: int) -> tuple[str, int]:
+    indexing.delete_document(current_engine(), doc_id)
+    return "", 204
+
+
+@blueprint.patch("/api/v1/notes/<id:doc_id>")
+def update_note(doc_id: int) -> Response:
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    text = validation.string(body, "text")
+    title = validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS)
+    if text is None and title is None:
+        raise ValidationError("give text, title or both")
+    document = indexing.update_note(engine, doc_id, text, title, if_match_versions())
+    return _with_etag(document)
+
+
+@blueprint.post("/api/v1/documents/<id:doc_id>/tags")
+def add_tags(doc_id: int) -> dict[str, object]:
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    tags = validation.tags(body.get("tags"))
+    if not tags:
+        raise ValidationError("tags must hold at least one tag")
+    with engine.db.write() as conn:
+        return documents.add_tags(conn, doc_id, tags, now_iso())
+
+
+# <path:...> so that a tag holding "/" (sent as %2F, which the server decodes) still reaches us whole.
+@blueprint.delete("/api/v1/documents/<id:doc_id>/tags/<path:tag>")
+def remove_tag(doc_id: int, tag: str) -> dict[str, object]:
+    engine = current_engine()
+    with engine.db.write() as conn:
+        return documents.remove_tag(conn, doc_id, tag, now_iso())
+
+
+@blueprint.get("/api/v1/tags")
+def list_tags() -> dict[str, object]:
+    engine = current_engine()
+    with engine.db.snapshot() as conn:
+        return {"tags": documents.list_tags(conn, request.args.get("prefix") or None)}
+
+
+def if_match_versions() -> frozenset[str] | None:
+    """The versions an If-Match header accepts: `"3"`, `3`, `W/"3"`, lists of them, or `*`."""
+    header = request.headers.get("If-Match")
+    if header is None:
+        return None
+    values = set()
+    for item in header.split(","):
+        item = item.strip()
+        if item.startswith("W/"):
+            item = item[2:]
+        values.add(item.strip('"'))
+    return frozenset(values)
+
+
+def _with_etag(document: dict[str, object]) -> Response:
+    response = jsonify(document)
+    response.set_etag(str(document["version"]))
+    return response

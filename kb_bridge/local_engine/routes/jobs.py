@@ -1,0 +1,114 @@
+"""POST /api/v1/jobs (a JSON note or a multipart file upload) and the job queue's read endpoints."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import PurePosixPath, PureWindowsPath
+
+from flask import Blueprint, Response, jsonify, request
+
+from .. import jobs, parsers, submissions, validation
+from ..errors import PayloadTooLarge, UnsupportedMediaType, ValidationError
+from ..uploads import HashingFile
+from . import current_engine
+
+blueprint = Blueprint("jobs", __name__)
+
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+MAX_FILENAME_CHARS = 255
+_UNSAFE_FILENAME_CHARS = re.compile(r"[\x00-\x1f\x7f\"\\/]")
+
+
+@blueprint.post("/api/v1/jobs")
+def create_job() -> tuple[Response, int]:
+    key = _idempotency_key()
+    if request.mimetype == "multipart/form-data":
+        job, created = _submit_upload(key)
+    else:
+        job, created = _submit_note(key)
+    return jsonify(job), 202 if created else 200
+
+
+def _submit_note(key: str | None) -> tuple[dict[str, object], bool]:
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    fields = {
+        "text": validation.string(body, "text", required=True),
+        "title": validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS),
+        "tags": list(validation.tags(body.get("tags"))),
+        "source_path": validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS),
+    }
+    return submissions.submit_note(engine, fields, key)
+
+
+def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
+    engine = current_engine()
+    upload = request.files.get("file")  # parsing streams the file into staging (uploads.HashingFile)
+    if upload is None:
+        raise ValidationError("file is required: send the document as the multipart part named 'file'")
+    filename = safe_filename(upload.filename or "")
+    doc_type = parsers.doc_type_for(filename)
+    if doc_type is None:
+        supported = ", ".join(sorted(set(parsers.EXTENSIONS)))
+        raise UnsupportedMediaType(f"{filename!r} is not a supported file type (supported: {supported})")
+    missing = parsers.missing_parser(doc_type)
+    if missing is not None:
+        raise UnsupportedMediaType(f"{doc_type} files need the {missing} package: pip install 'kb-bridge[engine]'")
+    part = upload.stream
+    if not isinstance(part, HashingFile):  # always ours (EngineRequest); a guard, not a code path
+        raise RuntimeError("upload was not streamed into staging")
+    if part.size > engine.config.max_upload_bytes:
+        raise PayloadTooLarge(f"the file is larger than this engine accepts ({engine.config.max_upload_bytes} bytes)")
+    if part.size == 0:
+        raise ValidationError("file is empty")
+    form = request.form
+    fields = {
+        "title": validation.string(form, "title", max_chars=validation.MAX_TITLE_CHARS),
+        "source_path": validation.string(form, "source_path", max_chars=validation.MAX_PATH_CHARS),
+        "tags": list(validation.form_tags(form.getlist("tags"))),
+    }
+    return submissions.submit_file(engine, part, filename, doc_type, fields, key)
+
+
+def _idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise ValidationError(f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    return key
+
+
+def safe_filename(name: str) -> str:
+    """The base name of a client's file name, without path parts or control characters."""
+    name = unicodedata.normalize("NFC", name)
+    base = PureWindowsPath(PurePosixPath(name).name).name
+    base = _UNSAFE_FILENAME_CHARS.sub("", base).strip().strip(".")
+    base = "".join(c for c in base if unicodedata.category(c) not in ("Cf", "Cc"))
+    if not base:
+        raise ValidationError("file must have a file name (the type is taken from its extension)")
+    if len(base) > MAX_FILENAME_CHARS:
+        stem, dot, suffix = base.rpartition(".")
+        base = stem[: MAX_FILENAME_CHARS - len(suffix) - 1] + dot + suffix if dot else base[:MAX_FILENAME_CHARS]
+    return base
+
+
+@blueprint.get("/api/v1/jobs")
+def list_jobs() -> dict[str, object]:
+    engine = current_engine()
+    status = request.args.get("status") or None
+    if status is not None and status not in jobs.STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(jobs.STATUSES)}")
+    limit, offset = validation.page_args()
+    with engine.db.snapshot() as conn:
+        found, total = jobs.list_jobs(conn, status, limit, offset)
+    return {"jobs": found, "total": total}
+
+
+@blueprint.get("/api/v1/jobs/<id:job_id>")
+def get_job(job_id: int) -> dict[str, object]:
+    engine = current_engine()
+    with engine.db.snapshot() as conn:
+        return jobs.get_job(conn, job_id)

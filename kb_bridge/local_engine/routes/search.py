@@ -1,0 +1,45 @@
+"""POST /api/v1/search and the chunk endpoints (fetch, related)."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+
+from .. import documents, validation
+from ..documents import DocumentFilter
+from ..search import MODES, SearchRequest, related, search
+from . import current_engine
+
+blueprint = Blueprint("search", __name__)
+
+MAX_QUERY_CHARS = 4000
+MAX_TOP_N = 100
+
+
+@blueprint.post("/api/v1/search")
+def search_chunks() -> dict[str, object]:
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    query = validation.string(body, "query", required=True, max_chars=MAX_QUERY_CHARS)
+    mode = validation.choice(body, "mode", "hybrid", MODES)
+    if validation.boolean(body, "fts_only", False):
+        mode = "fts"
+    where = DocumentFilter(
+        tags=validation.tags(body.get("tags")),
+        doc_type=validation.string(body, "doc_type", max_chars=50),
+    )
+    top_n = validation.integer(body, "top_n", 10, 1, MAX_TOP_N)
+    return search(engine, SearchRequest(query=str(query), top_n=top_n, where=where, mode=mode))
+
+
+@blueprint.get("/api/v1/chunks/<id:chunk_id>")
+def get_chunk(chunk_id: int) -> dict[str, object]:
+    engine = current_engine()
+    with engine.db.snapshot() as conn:
+        return documents.get_chunk(conn, chunk_id)
+
+
+@blueprint.get("/api/v1/chunks/<id:chunk_id>/related")
+def related_chunks(chunk_id: int) -> dict[str, object]:
+    top_n = validation.arg_int("top_n", 5, 1, MAX_TOP_N)
+    same_document = validation.arg_bool("same_document", False)
+    return related(current_engine(), chunk_id, top_n, same_document)

@@ -1,0 +1,142 @@
+"""Reading and checking request input. Every failure names the field: 400 for a body that is not JSON
+at all, 422 for a JSON body or query parameter with a wrong type or value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from flask import request
+from werkzeug.exceptions import BadRequest as WerkzeugBadRequest
+
+from .errors import BadRequest, ValidationError
+
+MAX_TAG_CHARS = 200
+MAX_TAGS = 100
+MAX_TITLE_CHARS = 1000
+MAX_PATH_CHARS = 4096
+
+
+def json_object(max_bytes: int) -> dict[str, Any]:
+    """The request body as a JSON object (any Content-Type: curl -d sends form-urlencoded)."""
+    request.max_content_length = max_bytes
+    try:
+        body = request.get_json(force=True, silent=False, cache=True)
+    except WerkzeugBadRequest:
+        raise BadRequest("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+def string(
+    body: Mapping[str, Any], name: str, *, required: bool = False, max_chars: int | None = None,
+    allow_blank: bool = False,
+) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ValidationError(f"{name} is required")
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string")
+    if not allow_blank and not value.strip():
+        raise ValidationError(f"{name} must not be empty")
+    if max_chars is not None and len(value) > max_chars:
+        raise ValidationError(f"{name} must be at most {max_chars} characters")
+    return value
+
+
+def integer(body: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    # bool is an int in Python; `true` is not a count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an integer")
+    if not low <= value <= high:
+        raise ValidationError(f"{name} must be between {low} and {high}")
+    return value
+
+
+def boolean(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValidationError(f"{name} must be true or false")
+    return value
+
+
+def choice(body: Mapping[str, Any], name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if value not in choices:
+        raise ValidationError(f"{name} must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def tags(value: Any, name: str = "tags") -> tuple[str, ...]:
+    """A list of tags: strings of 1–200 characters; duplicates dropped, order kept."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValidationError(f"{name} must be a list of strings")
+    if len(value) > MAX_TAGS:
+        raise ValidationError(f"{name} may hold at most {MAX_TAGS} tags")
+    for tag in value:
+        check_tag(tag, name)
+    return tuple(dict.fromkeys(value))
+
+
+def check_tag(tag: Any, name: str = "tag") -> str:
+    if not isinstance(tag, str) or not tag.strip():
+        raise ValidationError(f"{name}: every tag must be a non-empty string")
+    if len(tag) > MAX_TAG_CHARS:
+        raise ValidationError(f"{name}: a tag may have at most {MAX_TAG_CHARS} characters")
+    if any(ord(c) < 32 for c in tag):
+        raise ValidationError(f"{name}: a tag must not contain control characters")
+    return tag
+
+
+def form_tags(values: list[str]) -> tuple[str, ...]:
+    """Multipart `tags`: repeated fields, or one field holding a JSON array."""
+    if len(values) == 1 and values[0].lstrip().startswith("["):
+        try:
+            return tags(json.loads(values[0]))
+        except json.JSONDecodeError:
+            raise ValidationError("tags: the field looks like a JSON array but is not valid JSON") from None
+    return tags(values)
+
+
+def arg_int(name: str, default: int, low: int, high: int) -> int:
+    text = request.args.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValidationError(f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise ValidationError(f"{name} must be between {low} and {high}")
+    return value
+
+
+def page_args(default_limit: int = 50, max_limit: int = 500) -> tuple[int, int]:
+    """`limit` and `offset` of a listing."""
+    return arg_int("limit", default_limit, 1, max_limit), arg_int("offset", 0, 0, 1 << 62)
+
+
+def arg_bool(name: str, default: bool) -> bool:
+    text = request.args.get(name)
+    if text is None or text == "":
+        return default
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no"):
+        return False
+    raise ValidationError(f"{name} must be true or false")

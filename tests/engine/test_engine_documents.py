@@ -1,0 +1,208 @@
+"""Documents: listing filters, detail, delete (and everything hanging off it), tags, note updates."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from .helpers import API, add_note, error_code, upload, wait_for, wait_job
+
+
+def _db(app: flask.Flask) -> sqlite3.Connection:
+    return sqlite3.connect(app.extensions["kb_engine"].config.database_path)
+
+
+def test_document_detail_has_content_and_ordered_chunks(make_app: Callable[..., flask.Flask]) -> None:
+    client = make_app(chunk_chars=200, chunk_overlap=20).test_client()
+    text = "\n\n".join(f"Paragraph {i} talks about topic number {i} at some length here." for i in range(12))
+    document = add_note(client, text)
+    assert document["content"] == text
+    assert document["chunk_count"] == len(document["chunks"]) > 1
+    assert [chunk["index"] for chunk in document["chunks"]] == list(range(document["chunk_count"]))
+    assert all(len(chunk["text"]) <= 200 for chunk in document["chunks"])
+    assert "Paragraph 11" in document["chunks"][-1]["text"]
+
+
+def test_get_unknown_document_is_404(client: FlaskClient) -> None:
+    response = client.get(f"{API}/documents/77")
+    assert response.status_code == 404 and error_code(response) == "not_found"
+
+
+def test_list_filters(client: FlaskClient) -> None:
+    a = add_note(client, "alpha", tags=["collection:memory", "x"], source_path="p/a")
+    b = add_note(client, "beta", tags=["collection:memory"], source_path="p/b")
+    c_job = wait_job(client, upload(client, "c.md", b"# gamma", tags=["x"]).json["id"])
+
+    def ids(**query: object) -> list[int]:
+        listing = client.get(f"{API}/documents", query_string=query).json
+        assert listing["total"] == len(listing["documents"]) or "limit" in query
+        return [document["id"] for document in listing["documents"]]
+
+    assert ids() == [c_job["document_id"], b["id"], a["id"]]  # newest update first
+    assert ids(source_path="p/a") == [a["id"]]
+    assert ids(source_path="p") == []  # exact, not a prefix
+    assert ids(tag="collection:memory") == [b["id"], a["id"]]
+    assert ids(tag=["collection:memory", "x"]) == [a["id"]]  # all must match
+    assert ids(doc_type="md") == [c_job["document_id"]]
+    assert ids(doc_type="note", tag="x") == [a["id"]]
+    listing = client.get(f"{API}/documents", query_string={"limit": 1, "offset": 1}).json
+    assert listing["total"] == 3 and [d["id"] for d in listing["documents"]] == [b["id"]]
+    assert client.get(f"{API}/documents", query_string={"limit": 501}).status_code == 422
+    assert client.get(f"{API}/documents", query_string={"updated_since": "yesterday"}).status_code == 422
+
+
+def test_updated_since_and_update_order(client: FlaskClient) -> None:
+    first = add_note(client, "first")
+    second = add_note(client, "second")
+    since = second["updated_at"]
+    listing = client.get(f"{API}/documents", query_string={"updated_since": since}).json
+    assert [d["id"] for d in listing["documents"]] == [second["id"]]
+    # A tag change updates the first document, which then lists first and after `since`.
+    client.post(f"{API}/documents/{first['id']}/tags", json={"tags": ["touched"]})
+    listing = client.get(f"{API}/documents", query_string={"updated_since": since}).json
+    assert [d["id"] for d in listing["documents"]] == [first["id"], second["id"]]
+    # An offset timestamp means the same instant.
+    plus_one = since.replace("Z", "+01:00")
+    hour_later = client.get(f"{API}/documents", query_string={"updated_since": plus_one}).json
+    assert hour_later["total"] == 2
+
+
+def test_delete_removes_chunks_fts_rows_vectors_and_tags(vector_app: flask.Flask) -> None:
+    client = vector_app.test_client()
+    keep = add_note(client, "the surviving note about herons", tags=["t"])
+    gone = add_note(client, "a note about herons that will be deleted", tags=["t", "only-here"])
+    vectors = vector_app.extensions["kb_engine"].vectors
+    assert len(vectors) == 2
+    response = client.delete(f"{API}/documents/{gone['id']}")
+    assert response.status_code == 204 and response.data == b""
+    assert client.get(f"{API}/documents/{gone['id']}").status_code == 404
+    assert client.delete(f"{API}/documents/{gone['id']}").status_code == 404
+    assert len(vectors) == 1
+    with _db(vector_app) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM chunks WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM document_tags WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 1
+        fts_hits = conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'deleted'").fetchall()
+        assert fts_hits == []
+    for mode in ("fts", "vector", "hybrid"):
+        results = client.post(f"{API}/search", json={"query": "herons", "mode": mode}).json["results"]
+        assert [r["document_id"] for r in results] == [keep["id"]]
+    assert client.get(f"{API}/tags").json["tags"] == [{"name": "t", "documents": 1}]
+
+
+def test_tags_add_is_idempotent_and_bumps_version_only_on_change(client: FlaskClient) -> None:
+    document = add_note(client, "tagged", tags=["a"])
+    response = client.post(f"{API}/documents/{document['id']}/tags", json={"tags": ["b", "collection:memory"]})
+    assert response.status_code == 200
+    assert response.json == {"id": document["id"], "tags": ["a", "b", "collection:memory"], "version": 2}
+    again = client.post(f"{API}/documents/{document['id']}/tags", json={"tags": ["a", "b"]}).json
+    assert again["version"] == 2 and again["tags"] == ["a", "b", "collection:memory"]
+    assert client.post(f"{API}/documents/999/tags", json={"tags": ["a"]}).status_code == 404
+    assert client.post(f"{API}/documents/{document['id']}/tags", json={"tags": []}).status_code == 422
+    assert client.post(f"{API}/documents/{document['id']}/tags", json={"tags": "a"}).status_code == 422
+
+
+@pytest.mark.parametrize("tag, encoded", [("collection:memory", "collection%3Amemory"),
+                                          ("a/b c", "a%2Fb%20c"), ("100%", "100%25")])
+def test_remove_tag_with_percent_encoded_segment(client: FlaskClient, tag: str, encoded: str) -> None:
+    document = add_note(client, "tagged", tags=[tag, "keep"])
+    response = client.delete(f"{API}/documents/{document['id']}/tags/{encoded}")
+    assert response.status_code == 200, response.json
+    assert response.json == {"id": document["id"], "tags": ["keep"], "version": 2}
+    response = client.delete(f"{API}/documents/{document['id']}/tags/{encoded}")
+    assert response.status_code == 404 and error_code(response) == "not_found"
+    assert client.delete(f"{API}/documents/999/tags/keep").status_code == 404
+
+
+def test_list_tags_with_counts_and_prefix(client: FlaskClient) -> None:
+    add_note(client, "one", tags=["collection:memory", "x"])
+    add_note(client, "two", tags=["collection:memory", "collection:workspace"])
+    assert client.get(f"{API}/tags").json["tags"] == [
+        {"name": "collection:memory", "documents": 2},
+        {"name": "collection:workspace", "documents": 1},
+        {"name": "x", "documents": 1},
+    ]
+    prefixed = client.get(f"{API}/tags", query_string={"prefix": "collection:"}).json["tags"]
+    assert [t["name"] for t in prefixed] == ["collection:memory", "collection:workspace"]
+    assert client.get(f"{API}/tags", query_string={"prefix": "collection_"}).json["tags"] == []
+
+
+def test_patch_note_rechunks_keeps_identity_and_bumps_version(vector_app: flask.Flask) -> None:
+    client = vector_app.test_client()
+    note = add_note(client, "The meeting is on Monday about the quarterly budget.", tags=["collection:memory"])
+    response = client.patch(f"{API}/notes/{note['id']}", json={"text": "The meeting moved to Friday; topic: hiring."})
+    assert response.status_code == 200
+    updated = response.json
+    assert updated["id"] == note["id"]
+    assert updated["created_at"] == note["created_at"]
+    assert updated["updated_at"] > note["updated_at"]
+    assert updated["version"] == 2
+    assert updated["tags"] == ["collection:memory"]
+    assert response.headers["ETag"] == '"2"'
+    detail = client.get(f"{API}/documents/{note['id']}").json
+    assert detail["content"] == "The meeting moved to Friday; topic: hiring."
+    assert [c["text"] for c in detail["chunks"]] == ["The meeting moved to Friday; topic: hiring."]
+    assert client.post(f"{API}/search", json={"query": "budget", "mode": "fts"}).json["results"] == []
+    hits = client.post(f"{API}/search", json={"query": "hiring on Friday", "mode": "vector"}).json["results"]
+    assert hits and hits[0]["document_id"] == note["id"] and "Friday" in hits[0]["text"]
+    assert len(vector_app.extensions["kb_engine"].vectors) == 1  # old chunk's vector gone
+    update_jobs = client.get(f"{API}/jobs").json["jobs"]
+    assert update_jobs[0]["type"] == "update" and update_jobs[0]["document_id"] == note["id"]
+
+
+def test_patch_title_only(client: FlaskClient) -> None:
+    note = add_note(client, "body text stays", title="Old title")
+    updated = client.patch(f"{API}/notes/{note['id']}", json={"title": "New title"}).json
+    assert updated["title"] == "New title" and updated["version"] == 2
+    detail = client.get(f"{API}/documents/{note['id']}").json
+    assert detail["content"] == "body text stays"
+    results = client.post(f"{API}/search", json={"query": "New title"}).json["results"]
+    assert results and results[0]["title"] == "New title"
+
+
+def test_patch_if_match(client: FlaskClient) -> None:
+    note = add_note(client, "version one")
+    stale = client.patch(f"{API}/notes/{note['id']}", json={"text": "v2"}, headers={"If-Match": '"7"'})
+    assert stale.status_code == 412 and error_code(stale) == "precondition_failed"
+    assert client.get(f"{API}/documents/{note['id']}").json["version"] == 1
+    ok = client.patch(f"{API}/notes/{note['id']}", json={"text": "v2"}, headers={"If-Match": '"1"'})
+    assert ok.status_code == 200 and ok.json["version"] == 2
+    weak = client.patch(f"{API}/notes/{note['id']}", json={"text": "v3"}, headers={"If-Match": 'W/"2"'})
+    assert weak.status_code == 200 and weak.json["version"] == 3
+    star = client.patch(f"{API}/notes/{note['id']}", json={"text": "v4"}, headers={"If-Match": "*"})
+    assert star.status_code == 200 and star.json["version"] == 4
+
+
+def test_patch_refuses_files_unknown_ids_and_empty_bodies(client: FlaskClient) -> None:
+    job = wait_job(client, upload(client, "file.txt", b"a file").json["id"])
+    response = client.patch(f"{API}/notes/{job['document_id']}", json={"text": "x"})
+    assert response.status_code == 409 and error_code(response) == "not_a_note"
+    response = client.patch(f"{API}/notes/4242", json={"text": "x"})
+    assert response.status_code == 404 and error_code(response) == "not_found"
+    note = add_note(client, "note")
+    assert client.patch(f"{API}/notes/{note['id']}", json={}).status_code == 422
+    assert client.patch(f"{API}/notes/{note['id']}", json={"text": "  "}).status_code == 422
+
+
+def test_chunk_fetch(client: FlaskClient) -> None:
+    note = add_note(client, "a single chunk", tags=["z"], source_path="s/p")
+    chunk_id = note["chunks"][0]["id"]
+    chunk = client.get(f"{API}/chunks/{chunk_id}").json
+    assert chunk == {
+        "chunk_id": chunk_id, "document_id": note["id"], "chunk_index": 0, "text": "a single chunk",
+        "score": None, "title": "a single chunk", "source_path": "s/p", "doc_type": "note", "tags": ["z"],
+        "created_at": note["created_at"], "updated_at": note["updated_at"],
+    }
+    assert client.get(f"{API}/chunks/{chunk_id + 100}").status_code == 404
+
+
+def test_status_counts(client: FlaskClient) -> None:
+    add_note(client, "n1")
+    wait_job(client, upload(client, "f.txt", b"file one").json["id"])
+    status = wait_for(lambda: (s := client.get(f"{API}/status").json)["queue"]["done"] == 2 and s, "queue")
+    assert status["documents"] == {"total": 2, "notes": 1, "files": 1}
+    assert status["chunks"] == 2

@@ -1,0 +1,106 @@
+"""The HTTP surface in general: health, status, auth, JSON errors for unknown routes and bugs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flask
+import pytest
+
+from kb_bridge.local_engine import documents
+
+from .helpers import API, error_code
+
+KEY = "s3cret-key"
+
+
+def test_healthz_is_public_and_ok(make_app: Callable[..., flask.Flask]) -> None:
+    client = make_app(api_key=KEY).test_client()
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json == {"ok": True}
+
+
+def test_status_without_embedder_reports_fts_only(client: flask.testing.FlaskClient) -> None:
+    status = client.get(f"{API}/status").json
+    assert status["version"].startswith("3.")
+    assert status["api"] == "v1"
+    assert status["model"] is None
+    assert status["search_modes"] == ["fts"]
+    assert status["embedder"]["state"] == "disabled"
+    assert status["documents"] == {"total": 0, "notes": 0, "files": 0}
+    assert status["queue"] == {"queued": 0, "running": 0, "done": 0, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Bearer "},
+        {"Authorization": f"Basic {KEY}"},
+        {"X-API-Key": "wrong"},
+        {"Authorization": "Bearer clé-ünïcödé"},
+    ],
+)
+def test_api_rejects_missing_or_wrong_key(make_app: Callable[..., flask.Flask], headers: dict[str, str]) -> None:
+    client = make_app(api_key=KEY).test_client()
+    response = client.get(f"{API}/status", headers=headers)
+    assert response.status_code == 401
+    assert error_code(response) == "unauthorized"
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert KEY not in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    "headers", [{"Authorization": f"Bearer {KEY}"}, {"Authorization": f"bearer {KEY}"}, {"X-API-Key": KEY}]
+)
+def test_api_accepts_the_key(make_app: Callable[..., flask.Flask], headers: dict[str, str]) -> None:
+    client = make_app(api_key=KEY).test_client()
+    assert client.get(f"{API}/status", headers=headers).status_code == 200
+
+
+def test_unknown_api_route_needs_the_key_before_it_is_a_404(make_app: Callable[..., flask.Flask]) -> None:
+    client = make_app(api_key=KEY).test_client()
+    assert client.get(f"{API}/nope").status_code == 401
+    response = client.get(f"{API}/nope", headers={"X-API-Key": KEY})
+    assert response.status_code == 404 and error_code(response) == "not_found"
+
+
+def test_unknown_route_and_wrong_method_answer_in_the_error_shape(client: flask.testing.FlaskClient) -> None:
+    response = client.get("/nowhere")
+    assert response.status_code == 404 and error_code(response) == "not_found"
+    response = client.put(f"{API}/search", json={})
+    assert response.status_code == 405 and error_code(response) == "method_not_allowed"
+    assert "POST" in response.headers["Allow"]
+
+
+@pytest.mark.parametrize("path", [f"{API}/documents/0", f"{API}/documents/-1", f"{API}/documents/abc",
+                                  f"{API}/documents/99999999999999999999999"])
+def test_ids_that_are_not_positive_64_bit_integers_are_404(client: flask.testing.FlaskClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404 and error_code(response) == "not_found"
+
+
+def test_a_bug_is_a_generic_500_with_the_traceback_only_in_the_log(
+    client: flask.testing.FlaskClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(conn: object) -> dict[str, int]:
+        raise RuntimeError("secret internals /etc/passwd")
+
+    monkeypatch.setattr(documents, "counts", broken)
+    response = client.get(f"{API}/status")
+    assert response.status_code == 500 and error_code(response) == "internal"
+    assert "secret internals" not in response.get_data(as_text=True)
+    assert any("secret internals" in str(record.exc_info[1]) for record in caplog.records if record.exc_info)
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b""])
+def test_a_body_that_is_not_a_json_object_is_400(client: flask.testing.FlaskClient, body: bytes) -> None:
+    response = client.post(f"{API}/search", data=body, content_type="application/json")
+    assert response.status_code == 400 and error_code(response) == "bad_request"
+
+
+def test_a_json_body_over_the_limit_is_413(make_app: Callable[..., flask.Flask]) -> None:
+    client = make_app(max_json_bytes=2048).test_client()
+    response = client.post(f"{API}/jobs", json={"text": "x" * 5000})
+    assert response.status_code == 413 and error_code(response) == "payload_too_large"

@@ -1,0 +1,223 @@
+"""POST /jobs (notes and uploads), the queue endpoints, Idempotency-Key, failed jobs, limits."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from .helpers import API, add_note, error_code, make_docx, make_pdf, upload, wait_job
+
+
+def test_note_job_is_accepted_at_once_and_produces_a_document(client: FlaskClient) -> None:
+    response = client.post(f"{API}/jobs", json={"text": "remember the milk", "tags": ["collection:memory"],
+                                                "source_path": "notes/milk"})
+    assert response.status_code == 202
+    job = response.json
+    assert job["type"] == "note" and job["status"] in ("queued", "running", "done")
+    assert set(job) == {"id", "type", "status", "document_id", "filename", "error", "created_at",
+                        "started_at", "finished_at"}
+    done = wait_job(client, job["id"])
+    assert done["status"] == "done" and done["finished_at"] and done["started_at"]
+    document = client.get(f"{API}/documents/{done['document_id']}").json
+    assert document["doc_type"] == "note"
+    assert document["content"] == "remember the milk"
+    assert document["title"] == "remember the milk"
+    assert document["tags"] == ["collection:memory"]
+    assert document["source_path"] == "notes/milk"
+    assert document["version"] == 1
+    assert document["created_at"].endswith("Z") and document["updated_at"] == document["created_at"]
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "text"),
+        ({"text": ""}, "text"),
+        ({"text": 5}, "text"),
+        ({"text": "x", "tags": "a"}, "tags"),
+        ({"text": "x", "tags": [""]}, "tags"),
+        ({"text": "x", "tags": ["t" * 201]}, "tags"),
+        ({"text": "x", "tags": [1]}, "tags"),
+        ({"text": "x", "title": 3}, "title"),
+    ],
+)
+def test_note_validation_names_the_field(client: FlaskClient, body: dict[str, object], field: str) -> None:
+    response = client.post(f"{API}/jobs", json=body)
+    assert response.status_code == 422 and error_code(response) == "validation_error"
+    assert field in response.json["error"]["message"]
+    assert client.get(f"{API}/jobs").json["total"] == 0
+
+
+def test_a_tag_of_200_characters_with_colon_is_fine(client: FlaskClient) -> None:
+    tag = "collection:" + "m" * 189
+    assert add_note(client, "long tag", tags=[tag])["tags"] == [tag]
+
+
+def test_idempotency_key_same_body_returns_the_original_job_and_creates_nothing(client: FlaskClient) -> None:
+    headers = {"Idempotency-Key": "k-1"}
+    first = client.post(f"{API}/jobs", json={"text": "once"}, headers=headers)
+    again = client.post(f"{API}/jobs", json={"text": "once"}, headers=headers)
+    assert first.status_code == 202 and again.status_code == 200
+    assert again.json["id"] == first.json["id"]
+    wait_job(client, first.json["id"])
+    assert client.get(f"{API}/jobs").json["total"] == 1
+    assert client.get(f"{API}/documents").json["total"] == 1
+
+
+def test_idempotency_key_with_another_body_is_a_conflict(client: FlaskClient) -> None:
+    headers = {"Idempotency-Key": "k-2"}
+    assert client.post(f"{API}/jobs", json={"text": "one"}, headers=headers).status_code == 202
+    response = client.post(f"{API}/jobs", json={"text": "two"}, headers=headers)
+    assert response.status_code == 409 and error_code(response) == "conflict"
+    assert client.get(f"{API}/jobs").json["total"] == 1
+
+
+def test_idempotency_key_expires_after_the_ttl(make_app: Callable[..., flask.Flask]) -> None:
+    client = make_app(idempotency_ttl_seconds=0).test_client()
+    headers = {"Idempotency-Key": "k-3"}
+    first = client.post(f"{API}/jobs", json={"text": "one"}, headers=headers)
+    second = client.post(f"{API}/jobs", json={"text": "two"}, headers=headers)
+    assert first.status_code == second.status_code == 202
+    assert first.json["id"] != second.json["id"]
+
+
+def test_idempotency_key_on_uploads_compares_file_and_fields(client: FlaskClient) -> None:
+    headers = {"Idempotency-Key": "up-1"}
+    first = upload(client, "a.txt", b"alpha file", headers=headers, title="A")
+    again = upload(client, "a.txt", b"alpha file", headers=headers, title="A")
+    other = upload(client, "a.txt", b"another content", headers=headers, title="A")
+    assert (first.status_code, again.status_code, other.status_code) == (202, 200, 409)
+    assert again.json["id"] == first.json["id"]
+    wait_job(client, first.json["id"])
+    assert client.get(f"{API}/documents").json["total"] == 1
+
+
+def test_upload_txt_md_html_pdf_docx(client: FlaskClient) -> None:
+    files = {
+        "plain.txt": ("txt", "Plain text about otters.".encode("utf-8")),
+        "guide.md": ("md", b"# Guide\n\n## Install\n\nRun the installer for beavers."),
+        "page.html": ("html", b"<html><head><script>var hidden=1</script></head><body><h1>Title</h1>"
+                              b"<p>Herons &amp; egrets.</p></body></html>"),
+        "paper.pdf": ("pdf", make_pdf("Kingfishers dive for fish.")),
+        "report.docx": ("docx", make_docx("Report", ["Woodpeckers drum on trees."])),
+    }
+    expected_words = {"plain.txt": "otters", "guide.md": "beavers", "page.html": "Herons & egrets",
+                      "paper.pdf": "Kingfishers", "report.docx": "Woodpeckers"}
+    for filename, (doc_type, data) in files.items():
+        response = upload(client, filename, data, tags=["collection:documents", "birds"], source_path=f"x/{filename}")
+        assert response.status_code == 202, response.json
+        assert response.json["type"] == "file" and response.json["filename"] == filename
+        job = wait_job(client, response.json["id"])
+        assert job["status"] == "done", job
+        document = client.get(f"{API}/documents/{job['document_id']}").json
+        assert document["doc_type"] == doc_type
+        assert document["title"] == filename
+        assert document["source_path"] == f"x/{filename}"
+        assert document["size_bytes"] == len(data)
+        assert document["tags"] == ["birds", "collection:documents"]
+        assert expected_words[filename] in document["content"]
+        assert "hidden" not in document["content"]
+    docx_document = client.get(f"{API}/documents", query_string={"doc_type": "docx"}).json["documents"][0]
+    assert client.get(f"{API}/documents/{docx_document['id']}").json["content"].startswith("# Report")
+
+
+def test_upload_tags_as_one_json_array_field(client: FlaskClient) -> None:
+    response = upload(client, "t.txt", b"tagged", tags=json.dumps(["a:b", "c"]))
+    job = wait_job(client, response.json["id"])
+    assert client.get(f"{API}/documents/{job['document_id']}").json["tags"] == ["a:b", "c"]
+
+
+def test_upload_default_source_path_and_sanitised_filename(client: FlaskClient) -> None:
+    response = upload(client, "../../etc/passwd.txt", b"not really")
+    assert response.status_code == 202
+    job = wait_job(client, response.json["id"])
+    assert job["filename"] == "passwd.txt"
+    assert client.get(f"{API}/documents/{job['document_id']}").json["source_path"] == "uploads/passwd.txt"
+
+
+def test_unsupported_file_type_is_415_and_nothing_is_kept(client: FlaskClient, app: flask.Flask) -> None:
+    response = upload(client, "program.exe", b"MZ...")
+    assert response.status_code == 415 and error_code(response) == "unsupported_media_type"
+    staging = app.extensions["kb_engine"].staging
+    assert [p for p in staging.directory.rglob("*") if p.is_file()] == []
+    assert client.get(f"{API}/jobs").json["total"] == 0
+
+
+def test_upload_over_the_limit_is_413(make_app: Callable[..., flask.Flask]) -> None:
+    app = make_app(max_upload_bytes=1000)
+    client = app.test_client()
+    # Bigger than the file limit but within the multipart envelope: caught by our own size check.
+    response = upload(client, "big.txt", b"x" * 5000)
+    assert response.status_code == 413 and error_code(response) == "payload_too_large"
+    # Bigger than file limit + envelope: Werkzeug stops reading at the Content-Length.
+    response = upload(client, "huge.txt", b"x" * (2 * 1024 * 1024))
+    assert response.status_code == 413 and error_code(response) == "payload_too_large"
+    assert client.get(f"{API}/jobs").json["total"] == 0
+    staging = app.extensions["kb_engine"].staging
+    assert [p for p in staging.directory.rglob("*") if p.is_file()] == []
+
+
+def test_upload_without_file_part_or_with_empty_file_is_422(client: FlaskClient) -> None:
+    response = client.post(f"{API}/jobs", data={"title": "x"}, content_type="multipart/form-data")
+    assert response.status_code == 422 and "file" in response.json["error"]["message"]
+    response = upload(client, "empty.txt", b"")
+    assert response.status_code == 422 and error_code(response) == "validation_error"
+
+
+def test_failed_job_keeps_its_error_message(client: FlaskClient, app: flask.Flask) -> None:
+    response = upload(client, "broken.pdf", b"%PDF-1.4 this is not really a pdf")
+    job = wait_job(client, response.json["id"])
+    assert job["status"] == "failed"
+    assert job["document_id"] is None
+    assert "pdf" in job["error"].lower()
+    assert client.get(f"{API}/jobs/{job['id']}").json["error"] == job["error"]
+    assert client.get(f"{API}/status").json["queue"]["failed"] == 1
+    staging = app.extensions["kb_engine"].staging
+    assert [p for p in staging.directory.glob("*") if p.is_file()] == []  # staged file removed
+
+
+def test_staged_upload_is_streamed_into_the_data_dir(client: FlaskClient, app: flask.Flask) -> None:
+    engine = app.extensions["kb_engine"]
+    engine.worker.stop(5)  # keep the job queued so its staged file stays
+    response = upload(client, "keep.txt", b"kept until the job is done")
+    assert response.status_code == 202
+    staged = [p for p in engine.staging.directory.glob("*") if p.is_file()]
+    assert len(staged) == 1 and staged[0].read_bytes() == b"kept until the job is done"
+    assert list(engine.staging.tmp_directory.iterdir()) == []
+
+
+def test_list_jobs_filters_newest_first_and_paginates(client: FlaskClient) -> None:
+    ok = [wait_job(client, client.post(f"{API}/jobs", json={"text": f"n{i}"}).json["id"]) for i in range(3)]
+    failed = wait_job(client, upload(client, "bad.docx", b"not a zip").json["id"])
+    listing = client.get(f"{API}/jobs").json
+    assert listing["total"] == 4
+    assert [job["id"] for job in listing["jobs"]] == [failed["id"], ok[2]["id"], ok[1]["id"], ok[0]["id"]]
+    assert client.get(f"{API}/jobs", query_string={"status": "failed"}).json["total"] == 1
+    page = client.get(f"{API}/jobs", query_string={"limit": 2, "offset": 1}).json
+    assert [job["id"] for job in page["jobs"]] == [ok[2]["id"], ok[1]["id"]] and page["total"] == 4
+    response = client.get(f"{API}/jobs", query_string={"status": "bogus"})
+    assert response.status_code == 422
+    assert client.get(f"{API}/jobs", query_string={"limit": 0}).status_code == 422
+
+
+def test_unknown_job_is_404(client: FlaskClient) -> None:
+    response = client.get(f"{API}/jobs/12345")
+    assert response.status_code == 404 and error_code(response) == "not_found"
+
+
+def test_large_upload_is_hashed_and_chunked_whole(client: FlaskClient) -> None:
+    data = (b"line of text for the upload\n" * 110_000)[:3_000_000]
+    response = client.post(f"{API}/jobs", data={"file": (io.BytesIO(data), "big.txt")},
+                           content_type="multipart/form-data")
+    assert response.status_code == 202
+    job = wait_job(client, response.json["id"])
+    document = client.get(f"{API}/documents", query_string={"doc_type": "txt"}).json["documents"][0]
+    import hashlib
+
+    assert job["status"] == "done" and document["sha256"] == hashlib.sha256(data).hexdigest()
+    assert document["size_bytes"] == len(data) and document["chunk_count"] > 100

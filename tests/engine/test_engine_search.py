@@ -1,0 +1,192 @@
+"""POST /search in every mode, filters before the cut, query sanitising; related chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from kb_bridge.local_engine import fts
+from kb_bridge.local_engine.search import fuse
+
+from .helpers import API, Sample, add_note, error_code, upload, wait_job
+
+
+def search(client: FlaskClient, **body: object) -> dict:
+    response = client.post(f"{API}/search", json=body)
+    assert response.status_code == 200, response.json
+    return response.json
+
+
+def test_fts_ranks_the_matching_document_first_with_stemming(client: FlaskClient) -> None:
+    sample = Sample()
+    pension = add_note(client, sample.pension)
+    add_note(client, sample.cooking)
+    add_note(client, sample.astronomy)
+    result = search(client, query="revaluing pensions", mode="fts")
+    assert result["mode"] == "fts" and result["query"] == "revaluing pensions"
+    assert isinstance(result["took_ms"], float)
+    assert [r["document_id"] for r in result["results"]] == [pension["id"]]
+    hit = result["results"][0]
+    assert hit["score"] > 0 and hit["doc_type"] == "note" and hit["chunk_index"] == 0
+
+
+def test_title_hits_rank_above_body_hits(client: FlaskClient) -> None:
+    body_only = add_note(client, "Otters are mentioned once in this body among many other words here.", title="Rivers")
+    in_title = add_note(client, "A text about rivers and their animals among many other words here.", title="Otters")
+    results = search(client, query="otters", mode="fts")["results"]
+    assert [r["document_id"] for r in results] == [in_title["id"], body_only["id"]]
+
+
+@pytest.mark.parametrize("query", ['"unbalanced', "a AND (b OR", "NEAR(x y)", "*", "col:umn", "-neg ^start",
+                                   "'; DROP TABLE chunks; --", "…", "!!!"])
+def test_fts_syntax_in_queries_never_errors(client: FlaskClient, query: str) -> None:
+    add_note(client, "col umn neg start x y b")
+    result = search(client, query=query, mode="fts")
+    assert isinstance(result["results"], list)
+
+
+def test_a_query_of_only_punctuation_returns_nothing(client: FlaskClient) -> None:
+    add_note(client, "something")
+    assert search(client, query="?!.,;", mode="hybrid")["results"] == []
+
+
+def test_match_expression_quotes_words_and_drops_stopwords() -> None:
+    assert fts.match_expression('what is "BM25"* ranking?') == '"bm25" OR "ranking"'
+    assert fts.match_expression("to be or not to be") == '"to" OR "be" OR "or" OR "not"'
+    assert fts.match_expression("((:))") is None
+
+
+def test_tag_filter_applies_before_top_n(client: FlaskClient) -> None:
+    # Five untagged notes rank higher for "heron" than the one tagged note; top_n=1 must still find it.
+    for i in range(5):
+        add_note(client, f"heron heron heron heron story {i}")
+    tagged = add_note(client, "one heron among many other words in a long sentence", tags=["collection:memory", "b"])
+    add_note(client, "heron heron", tags=["collection:memory"])  # has only one of the two tags
+    for mode in ("fts", "hybrid"):
+        results = search(client, query="heron", top_n=1, tags=["collection:memory", "b"], mode=mode)["results"]
+        assert [r["document_id"] for r in results] == [tagged["id"]]
+        assert results[0]["tags"] == ["b", "collection:memory"]
+
+
+def test_doc_type_filter(client: FlaskClient) -> None:
+    add_note(client, "kestrel notes")
+    job = wait_job(client, upload(client, "k.md", b"# Kestrel\n\nkestrel in markdown").json["id"])
+    results = search(client, query="kestrel", doc_type="md")["results"]
+    assert [r["document_id"] for r in results] == [job["document_id"]]
+
+
+def test_top_n_is_honoured(client: FlaskClient) -> None:
+    for i in range(4):
+        add_note(client, f"falcon {i}")
+    assert len(search(client, query="falcon", top_n=3)["results"]) == 3
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"query": ""}, {"query": "x" * 4001}, {"query": 5}, {"query": "x", "top_n": 0},
+     {"query": "x", "top_n": 101}, {"query": "x", "top_n": True}, {"query": "x", "top_n": "3"},
+     {"query": "x", "mode": "semantic"}, {"query": "x", "tags": "a"}, {"query": "x", "fts_only": "yes"}],
+)
+def test_search_validation(client: FlaskClient, body: dict[str, object]) -> None:
+    response = client.post(f"{API}/search", json=body)
+    assert response.status_code == 422 and error_code(response) == "validation_error"
+
+
+def test_without_vectors_every_mode_answers_as_fts(client: FlaskClient) -> None:
+    add_note(client, "buzzard")
+    for mode in ("hybrid", "vector", "fts"):
+        result = search(client, query="buzzard", mode=mode)
+        assert result["mode"] == "fts" and len(result["results"]) == 1
+
+
+def test_related_without_vectors_is_409(client: FlaskClient) -> None:
+    note = add_note(client, "osprey")
+    response = client.get(f"{API}/chunks/{note['chunks'][0]['id']}/related")
+    assert response.status_code == 409 and error_code(response) == "conflict"
+    assert client.get(f"{API}/chunks/9999/related").status_code == 404
+
+
+def test_fuse_is_reciprocal_rank_fusion() -> None:
+    fused = fuse([([(1, 9.0), (2, 5.0)], 1.0), ([(2, 0.9), (3, 0.8)], 1.0)], k=60)
+    assert [chunk_id for chunk_id, _ in fused] == [2, 1, 3]
+    assert fused[0][1] == pytest.approx(1 / 62 + 1 / 61)
+    weighted = fuse([([(1, 9.0)], 1.0), ([(3, 0.8)], 2.0)], k=60)
+    assert [chunk_id for chunk_id, _ in weighted] == [3, 1]
+
+
+# --- with the real embedding model -------------------------------------------------------------------
+
+
+def test_status_with_model(vclient: FlaskClient) -> None:
+    status = vclient.get(f"{API}/status").json
+    assert status["model"] == {"name": "all-MiniLM-L6-v2", "dim": 384}
+    assert status["search_modes"] == ["hybrid", "fts", "vector"]
+
+
+def test_vector_search_is_semantic(vclient: FlaskClient) -> None:
+    sample = Sample()
+    add_note(vclient, sample.pension)
+    cooking = add_note(vclient, sample.cooking)
+    add_note(vclient, sample.astronomy)
+    # No word in common with the cooking note: only meaning can find it.
+    result = search(vclient, query="how to make a loaf at home", mode="vector", top_n=3)
+    assert result["mode"] == "vector"
+    assert result["results"][0]["document_id"] == cooking["id"]
+    assert result["results"][0]["score"] > result["results"][1]["score"]
+    assert search(vclient, query="how to make a loaf at home", mode="fts")["results"] == []
+    hybrid = search(vclient, query="how to make a loaf at home")
+    assert hybrid["mode"] == "hybrid" and hybrid["results"][0]["document_id"] == cooking["id"]
+
+
+def test_hybrid_combines_both_signals(vclient: FlaskClient) -> None:
+    exact = add_note(vclient, "Error code ZX-4471 appears when the disk quota is exceeded.")
+    semantic = add_note(vclient, "The storage space allowance ran out, so writes were refused.")
+    add_note(vclient, "A recipe for tomato soup with basil.")
+    results = search(vclient, query="ZX-4471 storage allowance exhausted", top_n=3)["results"]
+    top_two = {r["document_id"] for r in results[:2]}
+    assert top_two == {exact["id"], semantic["id"]}
+
+
+def test_vector_search_filters_before_top_n(vclient: FlaskClient) -> None:
+    sample = Sample()
+    add_note(vclient, sample.cooking)
+    target = add_note(vclient, sample.astronomy, tags=["collection:memory"])
+    results = search(vclient, query="baking bread", mode="vector", top_n=1, tags=["collection:memory"])["results"]
+    assert [r["document_id"] for r in results] == [target["id"]]
+    assert search(vclient, query="baking bread", mode="vector", tags=["absent"])["results"] == []
+
+
+def test_related_chunks(vclient: FlaskClient) -> None:
+    sample = Sample()
+    long_cooking = "\n\n".join([sample.cooking] * 1 + ["Knead the dough again and shape the loaf before baking."])
+    source = add_note(vclient, long_cooking)
+    other = add_note(vclient, "Bread baking tips: a hot oven and a steamy start give a crisp crust.")
+    add_note(vclient, sample.astronomy)
+    chunk_id = source["chunks"][0]["id"]
+    results = vclient.get(f"{API}/chunks/{chunk_id}/related", query_string={"top_n": 5}).json["results"]
+    assert results[0]["document_id"] == other["id"]
+    assert all(r["document_id"] != source["id"] for r in results)
+    assert all(r["chunk_id"] != chunk_id for r in results)
+    assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
+    one = vclient.get(f"{API}/chunks/{chunk_id}/related", query_string={"top_n": 1}).json["results"]
+    assert len(one) == 1
+    assert vclient.get(f"{API}/chunks/{chunk_id}/related", query_string={"top_n": 0}).status_code == 422
+
+
+def test_related_same_document(make_app: Callable[..., flask.Flask], model: object) -> None:
+    client = make_app(model=model, chunk_chars=200, chunk_overlap=0).test_client()
+    text = "\n\n".join([
+        "Bread needs flour, water, salt and yeast; knead it well and let it rise.",
+        "Sourdough bread uses a starter instead of yeast, fed with flour and water.",
+        "Jupiter's moons include Io, Europa, Ganymede and Callisto.",
+    ] * 2)
+    note = add_note(client, text)
+    assert note["chunk_count"] >= 2
+    chunk_id = note["chunks"][0]["id"]
+    response = client.get(f"{API}/chunks/{chunk_id}/related", query_string={"same_document": "true"})
+    results = response.json["results"]
+    assert results and all(r["document_id"] == note["id"] and r["chunk_id"] != chunk_id for r in results)
+    assert client.get(f"{API}/chunks/{chunk_id}/related").json["results"] == []

@@ -1,0 +1,118 @@
+"""Storage: schema migrations (an old database opens and upgrades), restarts, vectors across restarts."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import flask
+import pytest
+
+from kb_bridge.local_engine import migrations
+from kb_bridge.local_engine.app import engine_of
+from kb_bridge.local_engine.errors import ConfigError, DataDirInUse
+
+from .helpers import API, add_note, wait_for
+
+
+def _make_v1_database(path: Path) -> None:
+    """A database as the pre-3.0 engine left it: schema version 1, no documents.updated_at."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrations.migrate(conn, target=1) == 1
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(documents)")]
+    assert "updated_at" not in columns
+    conn.execute(
+        "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at) "
+        "VALUES ('Old note', 'note', 'old/1', 9, 'x', 4, '2025-01-02T03:04:05.000Z')"
+    )
+    conn.execute("INSERT INTO document_content (document_id, text) VALUES (1, 'old heron')")
+    conn.execute("INSERT INTO document_tags (document_id, tag) VALUES (1, 'collection:memory')")
+    conn.execute(
+        "INSERT INTO chunks (document_id, chunk_index, title, text, text_sha256) VALUES (1, 0, 'Old note', 'old heron', 'h')"
+    )
+    conn.close()
+
+
+def test_version_1_database_upgrades_and_keeps_its_data(make_app: Callable[..., flask.Flask], tmp_path: Path) -> None:
+    data_dir = tmp_path / "old"
+    _make_v1_database(data_dir / "engine.sqlite3")
+    client = make_app(data_dir=data_dir).test_client()
+    document = client.get(f"{API}/documents/1").json
+    assert document["updated_at"] == document["created_at"] == "2025-01-02T03:04:05.000Z"
+    assert document["version"] == 4 and document["tags"] == ["collection:memory"]
+    assert client.post(f"{API}/search", json={"query": "heron"}).json["results"][0]["document_id"] == 1
+    # The upgraded document takes part in updates like any other.
+    updated = client.patch(f"{API}/notes/1", json={"text": "new heron"}).json
+    assert updated["version"] == 5 and updated["updated_at"] > updated["created_at"]
+    with sqlite3.connect(data_dir / "engine.sqlite3") as conn:
+        assert migrations.schema_version(conn) == migrations.LATEST_VERSION
+
+
+def test_migrating_twice_is_a_no_op(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "db.sqlite3", isolation_level=None)
+    assert migrations.migrate(conn) == migrations.LATEST_VERSION
+    assert migrations.migrate(conn) == migrations.LATEST_VERSION
+
+
+def test_a_database_from_a_newer_engine_is_refused(make_app: Callable[..., flask.Flask], tmp_path: Path) -> None:
+    data_dir = tmp_path / "newer"
+    data_dir.mkdir()
+    conn = sqlite3.connect(data_dir / "engine.sqlite3")
+    conn.execute(f"PRAGMA user_version = {migrations.LATEST_VERSION + 1}")
+    conn.close()
+    with pytest.raises(ConfigError, match="newer"):
+        make_app(data_dir=data_dir)
+    # The failed start released the data directory.
+    make_app(data_dir=tmp_path / "other")
+
+
+def test_one_engine_per_data_directory(make_app: Callable[..., flask.Flask]) -> None:
+    make_app()
+    with pytest.raises(DataDirInUse):
+        make_app()
+
+
+def test_database_uses_wal(app: flask.Flask) -> None:
+    conn = engine_of(app).db.connection()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_data_survives_a_restart(make_app: Callable[..., flask.Flask], model: object) -> None:
+    first = make_app(model=model)
+    note = add_note(first.test_client(), "Persistent egret observations", tags=["keep"])
+    engine_of(first).close()
+    second = make_app(model=model)
+    client = second.test_client()
+    assert client.get(f"{API}/documents/{note['id']}").json["tags"] == ["keep"]
+    assert len(engine_of(second).vectors) == 1  # vectors reloaded from SQLite
+    hits = client.post(f"{API}/search", json={"query": "egret sightings", "mode": "vector"}).json["results"]
+    assert hits[0]["document_id"] == note["id"]
+
+
+def test_chunks_stored_without_a_model_get_vectors_once_it_is_there(
+    make_app: Callable[..., flask.Flask], model: object
+) -> None:
+    plain = make_app()
+    note = add_note(plain.test_client(), "Notes on cormorants drying their wings")
+    engine_of(plain).close()
+    with_model = make_app(model=model)
+    engine = engine_of(with_model)
+    wait_for(lambda: engine.vectors is not None and len(engine.vectors) == 1, "backfilled vector")
+    hits = with_model.test_client().post(f"{API}/search", json={"query": "seabirds", "mode": "vector"}).json
+    assert hits["mode"] == "vector" and hits["results"][0]["document_id"] == note["id"]
+
+
+def test_stored_vectors_of_another_model_are_replaced(make_app: Callable[..., flask.Flask], model: object) -> None:
+    first = make_app(model=model)
+    add_note(first.test_client(), "pelicans")
+    engine = engine_of(first)
+    engine.db.connection().execute("UPDATE meta SET value = 'some-other-model/384' WHERE key = 'embedding_model'")
+    engine.db.connection().execute("UPDATE embeddings SET vector = zeroblob(1536)")
+    engine.close()
+    second = make_app(model=model)
+    engine = engine_of(second)
+    wait_for(lambda: engine.vectors is not None and len(engine.vectors) == 1, "re-embedded vector")
+    stored = engine.db.connection().execute("SELECT vector FROM embeddings").fetchone()[0]
+    assert stored != bytes(1536)
