@@ -178,10 +178,12 @@ class Demo:
 
     def _print_connection_help(self, token: str) -> None:
         url = f"http://127.0.0.1:{self.port}/mcp"
+        # The absolute path: Claude Desktop does not see this virtual environment's PATH.
+        command = Path(sys.executable).parent / "kb-bridge"
         desktop = {
             "mcpServers": {
                 "kb": {
-                    "command": "kb-bridge",
+                    "command": str(command) if command.exists() else "kb-bridge",
                     "args": ["stdio"],
                     "env": {"KB_ENGINE_URL": f"http://127.0.0.1:{self.engine_port}",
                             "KB_API_KEY": (self.data / "engine-key").read_text().strip()},
