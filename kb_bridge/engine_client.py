@@ -67,6 +67,7 @@ class Call:
     endpoint: str  # the path template, for logs and metrics: "GET /api/v1/documents/{id}"
     what: str  # what the path names, for NOT_FOUND messages: "document 42"
     safe: bool  # may be retried after it reached the engine
+    write: bool = False  # changes engine state: a failure after it reached the engine leaves the outcome unknown
     params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None
     json: Any = None
     headers: Mapping[str, str] | None = None
@@ -129,7 +130,7 @@ class EngineClient:
 
     def create_note_job(self, body: Mapping[str, Any], idempotency_key: str) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key}
-        call = Call("POST", f"{API}/jobs", "POST /jobs", "note", safe=True, json=dict(body), headers=headers)
+        call = Call("POST", f"{API}/jobs", "POST /jobs", "note", safe=True, write=True, json=dict(body), headers=headers)
         return self._json(call)
 
     def upload_file_job(
@@ -143,7 +144,7 @@ class EngineClient:
     ) -> dict[str, Any]:
         """Stream a staged file to the engine as multipart; `chunks()` is called once per attempt."""
 
-        call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True)
+        call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True, write=True)
 
         def attempt() -> dict[str, Any]:
             body = MultipartBody(fields, filename, size, chunks, progress=progress)
@@ -172,7 +173,10 @@ class EngineClient:
 
     def delete_document(self, document_id: int) -> None:
         # DELETE is idempotent by definition: a repeat finds nothing and says 404.
-        call = Call("DELETE", f"{API}/documents/{segment(document_id)}", "DELETE /documents/{id}", f"document {document_id}", safe=True)
+        call = Call(
+            "DELETE", f"{API}/documents/{segment(document_id)}", "DELETE /documents/{id}", f"document {document_id}",
+            safe=True, write=True,
+        )
         self._run(lambda: self._send(call), call)
 
     def patch_note(self, document_id: int, body: Mapping[str, Any], if_match: int | None) -> dict[str, Any]:
@@ -180,19 +184,21 @@ class EngineClient:
         path = f"{API}/notes/{segment(document_id)}"
         # Without If-Match a repeat could overwrite someone else's change made in between.
         call = Call(
-            "PATCH", path, "PATCH /notes/{id}", f"document {document_id}", safe=if_match is not None,
+            "PATCH", path, "PATCH /notes/{id}", f"document {document_id}", safe=if_match is not None, write=True,
             json=dict(body), headers=headers,
         )
         return self._json(call)
 
     def add_tags(self, document_id: int, tags: Sequence[str]) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}/tags"
-        call = Call("POST", path, "POST /documents/{id}/tags", f"document {document_id}", safe=True, json={"tags": list(tags)})
+        call = Call(
+            "POST", path, "POST /documents/{id}/tags", f"document {document_id}", safe=True, write=True, json={"tags": list(tags)}
+        )
         return self._json(call)
 
     def remove_tag(self, document_id: int, tag: str) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}/tags/{segment(tag)}"
-        call = Call("DELETE", path, "DELETE /documents/{id}/tags/{tag}", f"document {document_id}", safe=True)
+        call = Call("DELETE", path, "DELETE /documents/{id}/tags/{tag}", f"document {document_id}", safe=True, write=True)
         return self._json(call)
 
     def list_tags(self, prefix: str | None = None) -> dict[str, Any]:
@@ -217,19 +223,25 @@ class EngineClient:
 
     def _run(self, attempt: Callable[[], Any], call: Call) -> Any:
         attempts = 0
+        reached = False  # did any attempt possibly reach the engine?
 
         def counted() -> Any:
-            nonlocal attempts
+            nonlocal attempts, reached
             attempts += 1
             if attempts > 1:
                 self._metrics.engine_retry(call.endpoint)
-            return attempt()
+            try:
+                return attempt()
+            except KbError as exc:
+                reached = reached or not isinstance(exc, NeverSent)
+                raise
 
         try:
             return self._retry.run(counted, safe=call.safe)
         except KbError as exc:
-            if not call.safe and isinstance(exc, Retryable) and not isinstance(exc, NeverSent):
-                # The request may have reached the engine and was not confirmed: say so.
+            if call.write and reached and isinstance(exc, Retryable):
+                # A write that may have been applied and was never confirmed: say so rather than
+                # invite a repeat that could apply it twice.
                 raise OutcomeUnknown() from exc
             raise
 

@@ -215,3 +215,22 @@ def test_proxies_from_the_environment_are_ignored(monkeypatch: pytest.MonkeyPatc
     client = make_client()
     engine.get(f"{ENGINE}/healthz", json={"ok": True})
     assert client.healthz() == {"ok": True}
+
+
+def test_a_write_that_timed_out_on_every_attempt_is_outcome_unknown(client: EngineClient, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", body=requests.exceptions.ReadTimeout("Read timed out."))
+    with pytest.raises(OutcomeUnknown):
+        client.create_note_job({"text": "x", "tags": []}, idempotency_key="k")
+    assert len(engine.calls) == 3  # retried (same key), then honest about not knowing
+
+
+def test_a_write_that_never_reached_the_engine_is_unavailable() -> None:
+    client = EngineClient(EngineSettings(url="http://127.0.0.1:9", retry_attempts=2, retry_backoff=0, retry_max_wait=0))
+    with pytest.raises(EngineConnectFailed):
+        client.create_note_job({"text": "x", "tags": []}, idempotency_key="k")
+
+
+def test_a_read_that_timed_out_is_unavailable_not_unknown(client: EngineClient, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/1", body=requests.exceptions.ReadTimeout("Read timed out."))
+    with pytest.raises(EngineTimeout):
+        client.get_document(1)
