@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx2
+import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -16,3 +17,25 @@ async def connect(url: str, token: str | None, era: str = "auto", timeout: float
     async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
         async with Client(streamable_http_client(url + "/mcp", http_client=http), mode=era) as client:
             yield client
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "kb-tests", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def modern_call(url: str, token: str | None, tool: str, arguments: dict[str, object], timeout: float = 60) -> dict[str, object]:
+    """One self-contained 2026-07-28 tools/call POST (no handshake, no teardown traffic): the
+    JSON-RPC reply. Usable from plain threads, for load and fault tests."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": MODERN_META}}
+    headers = {
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool,
+    }
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    response = requests.post(url + "/mcp", json=body, headers=headers, timeout=timeout)
+    response.raise_for_status()
+    return dict(response.json())

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
+from tests.e2e.mcp_client import connect, modern_call
 from tests.e2e.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
 from tests.e2e.standin import StandInEngine
 
@@ -69,23 +69,6 @@ async def test_metrics_count_calls_correctly_across_two_workers(tmp_path: Path) 
     assert "kb_bridge_uploads_in_progress" in text and 'kb_bridge_auth_failures_total{reason="metrics_token"} 1.0' in text
 
 
-def modern_call(url: str, tool: str, arguments: dict[str, object]) -> dict[str, object]:
-    """One self-contained 2026-07-28 tools/call POST: no handshake, no teardown traffic."""
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": meta}}
-    headers = {
-        "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool,
-    }
-    response = requests.post(url + "/mcp", json=body, headers=headers, timeout=60)
-    response.raise_for_status()
-    return dict(response.json())
-
-
 def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Path) -> None:
     import concurrent.futures
 
@@ -94,7 +77,7 @@ def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Pa
         bridge = start_bridge(tmp_path, env, workers=1)
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                pending = pool.submit(modern_call, bridge.url, "kb_search", {"query": "slow"})
+                pending = pool.submit(modern_call, bridge.url, TOKEN, "kb_search", {"query": "slow"})
                 wait_until(lambda: engine.in_flight == 1, 30, what="the call to reach the engine")
                 bridge.signal(signal.SIGTERM)
 
