@@ -38,8 +38,11 @@ asgi_lifespan = "on"
 timeout = int(max(60.0, _settings.engine.call_budget() + 30))
 # On SIGTERM, in-flight calls get this long to finish before workers are stopped.
 graceful_timeout = int(_settings.server.graceful_timeout)
-# A little longer than typical proxy keep-alive, so the proxy closes idle connections first.
-keepalive = 75
+# Seconds an idle keep-alive connection stays open. gunicorn's graceful shutdown waits for every
+# open connection, idle ones included, so a short value keeps SIGTERM quick. Behind a load
+# balancer, set KB_KEEPALIVE above its idle timeout (e.g. 75 for a 60 s ALB) so that the
+# balancer, not the bridge, closes idle connections and never reuses a closing one.
+keepalive = _settings.server.keepalive
 # Each worker serves many slow clients at once; bounded so a flood cannot exhaust memory.
 worker_connections = 1000
 loglevel = _settings.server.log_level.lower()

@@ -134,6 +134,9 @@ class ServerSettings:
     log_level: str = "INFO"
     log_json: bool = True
     graceful_timeout: float = 30.0
+    # Idle keep-alive connections hold a worker's graceful shutdown open (gunicorn waits for
+    # every connection), so keep this short unless a load balancer in front needs it longer.
+    keepalive: int = 5
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,7 @@ def _load_server(env: _Env) -> ServerSettings:
         log_level=env.get("KB_LOG_LEVEL", d.log_level, _parse_log_level),
         log_json=env.bool("KB_LOG_JSON", d.log_json),
         graceful_timeout=env.float("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
+        keepalive=env.int("KB_KEEPALIVE", d.keepalive, low=0, high=3600),
     )
 
 

@@ -18,6 +18,7 @@ class StandInEngine:
         self.delay = delay
         self.version = version
         self.received: list[str] = []
+        self.authorizations: list[str | None] = []
         self.in_flight = 0
         self._lock = threading.Lock()
         self.port = free_port()
@@ -57,6 +58,7 @@ class StandInEngine:
                     self.rfile.read(length)
                 with engine._lock:
                     engine.received.append(f"{self.command} {self.path}")
+                    engine.authorizations.append(self.headers.get("Authorization"))
                     engine.in_flight += 1
                 try:
                     if engine.delay and not self.path.startswith(("/healthz", "/api/v1/status")):

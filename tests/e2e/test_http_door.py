@@ -182,3 +182,21 @@ def test_11_without_a_key_the_default_bind_is_loopback_and_a_warning_is_logged(t
     finally:
         service.stop()
     assert "KB_MCP_API_KEY is not set" in service.log_path.read_text()
+
+
+def test_1_and_5_refused_calls_never_reach_the_engine_which_only_sees_its_own_key(tmp_path: Path) -> None:
+    from tests.e2e.mcp_client import modern_call
+    from tests.e2e.standin import StandInEngine
+
+    with StandInEngine() as engine:
+        service = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_API_KEY": ENGINE_KEY}, workers=1)
+        try:
+            for token in (None, "wrong-token-0123456789", ENGINE_KEY):
+                with pytest.raises(requests.HTTPError) as refused:
+                    modern_call(service.url, token, "kb_search", {"query": "x"})
+                assert refused.value.response.status_code == 401
+            assert engine.received == []  # nothing refused at the door reached the engine
+            modern_call(service.url, TOKEN, "kb_search", {"query": "x"})
+        finally:
+            service.stop()
+    assert engine.received and set(engine.authorizations) == {f"Bearer {ENGINE_KEY}"}
