@@ -15,11 +15,17 @@ from typing import Any
 
 import pytest
 import responses
+from hypothesis import settings as hypothesis_settings
 from mcp import Client
 
 from kb_bridge.mcp_server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import EngineSettings, McpSettings, Settings, UploadSettings
+
+# Generated-input tests: a quick profile by default, thousands of examples in CI (CI=true).
+hypothesis_settings.register_profile("dev", max_examples=60)
+hypothesis_settings.register_profile("ci", max_examples=500)
+hypothesis_settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
 ENGINE = "http://127.0.0.1:8000"
 API = ENGINE + "/api/v1"
