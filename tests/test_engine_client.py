@@ -50,14 +50,14 @@ def test_every_request_carries_the_engine_key(client: EngineClient, engine: resp
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
-def test_reads_retry_on_server_errors_then_succeed(client: EngineClient, engine: responses.RequestsMock, status: int) -> None:
+def test_33_reads_retry_on_server_errors_then_succeed(client: EngineClient, engine: responses.RequestsMock, status: int) -> None:
     engine.get(f"{API}/status", status=status, json={"error": {"code": "internal", "message": "boom"}})
     engine.get(f"{API}/status", json={"version": "3.0.0"})
     assert client.status()["version"] == "3.0.0"
     assert len(engine.calls) == 2
 
 
-def test_reads_give_up_after_the_configured_attempts(engine: responses.RequestsMock) -> None:
+def test_33_reads_give_up_after_the_configured_attempts(engine: responses.RequestsMock) -> None:
     client = make_client(retry_attempts=3)
     engine.get(f"{API}/status", status=503, json={})
     with pytest.raises(EngineUnavailable):
@@ -73,7 +73,7 @@ def test_server_error_after_retries_is_engine_error(client: EngineClient, engine
     assert "<html>" not in caught.value.message
 
 
-def test_retry_after_is_honoured_with_a_cap() -> None:
+def test_33_retry_after_is_honoured_with_a_cap() -> None:
     policy = RetryPolicy(EngineSettings(retry_backoff=0.5, retry_max_wait=2.0))
     assert policy.wait_seconds(1, retry_after=1.5) == 1.5
     assert policy.wait_seconds(1, retry_after=120) == 2.0
@@ -81,7 +81,7 @@ def test_retry_after_is_honoured_with_a_cap() -> None:
     assert 0 <= min(waits) and max(waits) <= 2.0 and len(set(waits)) > 1  # jittered, bounded
 
 
-def test_retry_after_header_is_used_between_attempts(engine: responses.RequestsMock) -> None:
+def test_33_retry_after_header_is_used_between_attempts(engine: responses.RequestsMock) -> None:
     slept: list[float] = []
     settings = EngineSettings(retry_backoff=0, retry_max_wait=5.0)
     client = EngineClient(settings, retry=RetryPolicy(settings, sleep=slept.append))
@@ -106,7 +106,7 @@ def test_read_timeout_is_engine_timeout(client: EngineClient, engine: responses.
     assert len(engine.calls) == 3
 
 
-def test_note_job_is_retried_with_the_same_idempotency_key(client: EngineClient, engine: responses.RequestsMock) -> None:
+def test_34_note_job_is_retried_with_the_same_idempotency_key(client: EngineClient, engine: responses.RequestsMock) -> None:
     engine.post(f"{API}/jobs", body=requests.exceptions.ReadTimeout("Read timed out."))
     engine.post(f"{API}/jobs", status=200, json=job(5))
     result = client.create_note_job({"text": "x", "tags": []}, idempotency_key="key-1")
@@ -115,7 +115,7 @@ def test_note_job_is_retried_with_the_same_idempotency_key(client: EngineClient,
     assert keys == ["key-1", "key-1"]
 
 
-def test_unsafe_write_is_not_retried_and_says_outcome_unknown(client: EngineClient, engine: responses.RequestsMock) -> None:
+def test_34_unsafe_write_is_not_retried_and_says_outcome_unknown(client: EngineClient, engine: responses.RequestsMock) -> None:
     # PATCH without If-Match: a repeat could overwrite a change made in between.
     engine.patch(f"{API}/notes/4", status=503, json={})
     with pytest.raises(OutcomeUnknown) as caught:
@@ -151,7 +151,7 @@ def test_patch_with_if_match_is_safe_to_retry(client: EngineClient, engine: resp
         (400, {"error": {"code": "bad_request", "message": "query too long"}}, InvalidArgument, "VALIDATION_ERROR"),
     ],
 )
-def test_engine_4xx_are_translated_and_not_retried(
+def test_35_engine_4xx_are_translated_and_not_retried(
     client: EngineClient, engine: responses.RequestsMock, status: int, payload: dict, error: type, code: str
 ) -> None:
     engine.get(f"{API}/documents/1", status=status, json=payload)
@@ -162,7 +162,7 @@ def test_engine_4xx_are_translated_and_not_retried(
     assert KEY not in caught.value.message
 
 
-def test_auth_failure_says_the_bridge_is_misconfigured(client: EngineClient, engine: responses.RequestsMock) -> None:
+def test_35_auth_failure_says_the_bridge_is_misconfigured(client: EngineClient, engine: responses.RequestsMock) -> None:
     engine.get(f"{API}/status", status=401, json={"error": {"code": "unauthorized", "message": "no"}})
     with pytest.raises(EngineAuthFailed) as caught:
         client.status()
@@ -181,14 +181,14 @@ def test_fastapi_detail_string_and_list_shapes_are_understood(client: EngineClie
 
 
 @pytest.mark.parametrize("payload", [b"not json", b"<html><body>oops</body></html>", b"", b"[1, 2]"])
-def test_malformed_engine_body_is_a_clean_error(client: EngineClient, engine: responses.RequestsMock, payload: bytes) -> None:
+def test_36_malformed_engine_body_is_a_clean_error(client: EngineClient, engine: responses.RequestsMock, payload: bytes) -> None:
     engine.get(f"{API}/status", body=payload, content_type="application/json")
     with pytest.raises(EngineBadResponse) as caught:
         client.status()
     assert caught.value.code == "ENGINE_ERROR"
 
 
-def test_huge_engine_body_is_refused(engine: responses.RequestsMock) -> None:
+def test_36_huge_engine_body_is_refused(engine: responses.RequestsMock) -> None:
     client = make_client(max_response_bytes=1024)
     engine.get(f"{API}/status", body=json.dumps({"pad": "x" * 5000}))
     with pytest.raises(EngineBadResponse, match="larger than allowed"):
@@ -196,7 +196,7 @@ def test_huge_engine_body_is_refused(engine: responses.RequestsMock) -> None:
 
 
 @pytest.mark.parametrize("tag", ["collection:memory", "a/b", "?x=1", "%2F", "../up"])
-def test_path_segments_are_encoded_as_one_segment(client: EngineClient, engine: responses.RequestsMock, tag: str) -> None:
+def test_15_path_segments_are_encoded_as_one_segment(client: EngineClient, engine: responses.RequestsMock, tag: str) -> None:
     engine.add(responses.DELETE, url=__import__("re").compile(rf"{API}/documents/7/tags/.*"), json={"id": 7, "tags": [], "version": 2})
     client.remove_tag(7, tag)
     sent = engine.calls[0].request.url

@@ -80,7 +80,7 @@ def test_read_only_mode_registers_no_write_tools() -> None:
     assert "kb_addnote" not in {tool.name for tool in selected}
 
 
-def test_gunicorn_worker_timeout_exceeds_the_engine_budget() -> None:
+def test_38_gunicorn_worker_timeout_exceeds_the_engine_budget() -> None:
     """Checklist 38: a worker waiting on a slow engine through every retry is never killed."""
     import subprocess
     import sys

@@ -42,6 +42,25 @@ def http_ok(url: str) -> bool:
         return False
 
 
+def connections_of(pid: int, port: int) -> int:
+    """Established TCP connections to `port` that process `pid` holds (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].split(":")[1], 16)
+        if local_port == port and fields[3] == "01" and fields[9] in inodes:
+            count += 1
+    return count
+
+
 def clean_env(overrides: Mapping[str, str]) -> dict[str, str]:
     """The test process's environment without any KB_* setting, plus `overrides`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KB_")}

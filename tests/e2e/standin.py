@@ -20,6 +20,7 @@ class StandInEngine:
         self.received: list[str] = []
         self.authorizations: list[str | None] = []
         self.in_flight = 0
+        self.peak_in_flight = 0
         self._lock = threading.Lock()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -60,6 +61,7 @@ class StandInEngine:
                     engine.received.append(f"{self.command} {self.path}")
                     engine.authorizations.append(self.headers.get("Authorization"))
                     engine.in_flight += 1
+                    engine.peak_in_flight = max(engine.peak_in_flight, engine.in_flight)
                 try:
                     if engine.delay and not self.path.startswith(("/healthz", "/api/v1/status")):
                         time.sleep(engine.delay)  # the engine being slow is the condition under test

@@ -191,7 +191,7 @@ async def test_a_wrong_engine_key_is_reported_as_misconfiguration(engine: Servic
     assert "not-the-engine-key" not in result.content[0].text
 
 
-async def test_engine_down_at_start_then_up_without_restarting_the_bridge(tmp_path: Path) -> None:
+async def test_37_engine_down_at_start_then_up_without_restarting_the_bridge(tmp_path: Path) -> None:
     engine_port = free_port()
     env = {"KB_ENGINE_URL": f"http://127.0.0.1:{engine_port}", "KB_MCP_API_KEY": TOKEN, "KB_ENGINE_RETRIES": "1"}
     bridge = start_bridge(tmp_path, env, workers=1)

@@ -19,7 +19,7 @@ import requests
 
 from tests.e2e.faultproxy import Fault, FaultProxy
 from tests.e2e.mcp_client import modern_call
-from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until
+from tests.e2e.processes import Service, connections_of, free_port, start_bridge, start_engine, wait_until
 from tests.e2e.standin import StandInEngine
 
 TOKEN = "agent-token-faults-0123456789abcdef"
@@ -195,25 +195,6 @@ def test_engine_killed_and_restarted_under_mixed_load_writes_nothing_twice(tmp_p
             assert counts[marker] == 1, f"{marker} was confirmed but is missing"
         elif code == "ENGINE_UNAVAILABLE":
             assert counts[marker] == 0, f"{marker} was reported as not written but exists"
-
-
-def connections_of(pid: int, port: int) -> int:
-    """Established TCP connections to `port` that process `pid` holds (from /proc)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local_port = int(fields[1].split(":")[1], 16)
-        if local_port == port and fields[3] == "01" and fields[9] in inodes:
-            count += 1
-    return count
 
 
 def test_a_worker_killed_during_calls_leaves_the_others_unaffected(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ async def test_official_client_over_stdio(era: str) -> None:
     assert result.is_error and result.structured_content["error"]["code"] == "ENGINE_UNAVAILABLE"
 
 
-def test_stdout_carries_only_json_rpc_even_at_debug_level() -> None:
+def test_42_stdout_carries_only_json_rpc_even_at_debug_level() -> None:
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},

@@ -78,7 +78,7 @@ def big_pdf(size: int) -> bytes:
     return minimal_pdf(["A large file used to test byte-exact uploads."]) + os.urandom(size)
 
 
-async def test_four_workers_share_one_upload(engine: Service, tmp_path: Path) -> None:
+async def test_31_four_workers_share_one_upload(engine: Service, tmp_path: Path) -> None:
     bridge = start_bridge(tmp_path, bridge_env(engine), workers=4)
     try:
         text = big_pdf(3 * 1024 * 1024)
@@ -100,7 +100,7 @@ async def test_four_workers_share_one_upload(engine: Service, tmp_path: Path) ->
     assert stored["sha256"] == hashlib.sha256(text).hexdigest() and stored["size_bytes"] == len(text)
 
 
-async def test_two_bridges_share_uploads_through_redis(engine: Service, redis_url: str, tmp_path: Path) -> None:
+async def test_31_two_bridges_share_uploads_through_redis(engine: Service, redis_url: str, tmp_path: Path) -> None:
     env = bridge_env(engine, KB_UPLOAD_STORE=redis_url)
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
@@ -125,7 +125,7 @@ async def test_two_bridges_share_uploads_through_redis(engine: Service, redis_ur
     assert stored["sha256"] == hashlib.sha256(pdf).hexdigest() and stored["size_bytes"] == len(pdf)
 
 
-async def test_workers_killed_mid_upload_never_corrupt_it(engine: Service, tmp_path: Path) -> None:
+async def test_32_workers_killed_mid_upload_never_corrupt_it(engine: Service, tmp_path: Path) -> None:
     bridge = start_bridge(tmp_path, bridge_env(engine), workers=2)
     try:
         pdf = big_pdf(12 * 1024 * 1024)
