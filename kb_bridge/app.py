@@ -15,11 +15,12 @@ from typing import Any
 from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
-from kb_bridge import context
+from kb_bridge import context, tools
 from kb_bridge.mcp_server import CALLER_SCOPE_KEY, build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.security import BearerAuth, HostOriginGuard
 from kb_bridge.settings import Settings, load_settings
+from kb_bridge.tools.spec import ToolSpec
 from kb_bridge.web import create_web_app
 
 logger = logging.getLogger(__name__)
@@ -100,11 +101,15 @@ def _warn_if_open(settings: Settings) -> None:
         )
 
 
-def create_app(settings: Settings | None = None, bridge: Bridge | None = None) -> BridgeApp:
+def create_app(
+    settings: Settings | None = None, bridge: Bridge | None = None, available: tuple[ToolSpec, ...] = tools.ALL_TOOLS
+) -> BridgeApp:
+    """The ASGI app. `available` is the tool set to select from (an embedding application or a
+    benchmark may add its own ToolSpecs)."""
     settings = settings or load_settings()
     bridge = bridge or Bridge(settings)
     manager = StreamableHTTPSessionManager(
-        app=build_server(bridge),
+        app=build_server(bridge, available),
         stateless=True,
         json_response=settings.mcp.json_response,
         # Host/Origin are checked once, by HostOriginGuard, before auth.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
@@ -101,7 +102,8 @@ class ToolDispatcher:
         started = time.perf_counter()
         trail: list[str] = []
         context.engine_trail.set(trail)
-        logger.info("mcp_tool_invoke", extra={"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller})
+        # DEBUG: the success or error line that follows carries the same fields and the outcome.
+        logger.debug("mcp_tool_invoke", extra={"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller})
         try:
             arguments = params.arguments if params.arguments is not None else {}
             self._validators[spec.name].check(arguments)
@@ -126,12 +128,15 @@ class ToolDispatcher:
 
     @staticmethod
     def _progress_sink(ctx: ServerRequestContext[Any, Any]) -> ProgressFn:
-        # report_progress is a no-op when the client asked for no progress (no token, no callback).
-        report = async_to_sync(ctx.session.report_progress)
+        """A sync progress reporter for the handler's thread, built on first use (most calls
+        report none). report_progress is a no-op when the client asked for no progress."""
+        report: list[Callable[..., Any]] = []
 
         def progress(value: float, total: float | None = None, message: str | None = None) -> None:
+            if not report:
+                report.append(async_to_sync(ctx.session.report_progress))
             try:
-                report(value, total, message)
+                report[0](value, total, message)
             except Exception:  # a client that went away must not fail the work itself
                 logger.debug("progress notification could not be sent", exc_info=True)
 
@@ -163,10 +168,10 @@ def _result_count(result: dict[str, Any]) -> int:
     return 1
 
 
-def build_server(bridge: Bridge) -> Server[Any]:
-    """The MCP server for this bridge: tools selected from settings; the bridge's resources live
-    as long as the server runs (its lifespan)."""
-    dispatcher = ToolDispatcher(bridge, tools.select(bridge.settings.mcp))
+def build_server(bridge: Bridge, available: tuple[ToolSpec, ...] = tools.ALL_TOOLS) -> Server[Any]:
+    """The MCP server for this bridge: tools selected from `available` by the settings; the
+    bridge's resources live as long as the server runs (its lifespan)."""
+    dispatcher = ToolDispatcher(bridge, tools.select(bridge.settings.mcp, available))
     content = ContentHandlers(bridge)
     with warnings.catch_warnings():
         # logging/setLevel is deprecated in 2026-07-28 but still sent by handshake-era clients.
@@ -188,4 +193,6 @@ def build_server(bridge: Bridge) -> Server[Any]:
             on_completion=content.complete,
             on_set_logging_level=content.set_logging_level,
         )
+    if not bridge.settings.mcp.otel:
+        server.middleware = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
     return server

@@ -100,6 +100,9 @@ class McpSettings:
     # kb_addnote {wait: true} waits at most this long for the note to be indexed.
     wait_seconds: float = 30.0
     metrics: bool = True
+    # The SDK's OpenTelemetry middleware: a span per MCP message. Off unless wanted: with no
+    # exporter configured it only costs time on every call.
+    otel: bool = False
     # Bearer token for /metrics; when unset, the MCP keys open it too (and nothing does without auth).
     metrics_token: Secret | None = None
 
@@ -292,6 +295,7 @@ def _load_mcp(env: _Env) -> McpSettings:
         read_only=env.bool("KB_MCP_READ_ONLY", d.read_only),
         wait_seconds=env.float("KB_ADDNOTE_WAIT_SECONDS", d.wait_seconds, low=0, high=600),
         metrics=env.bool("KB_METRICS", d.metrics),
+        otel=env.bool("KB_OTEL", d.otel),
         metrics_token=env.secret("KB_METRICS_TOKEN"),
     )
 

@@ -113,12 +113,16 @@ class Service:
         return self.process.returncode
 
 
-def start_bridge(tmp: Path, env: Mapping[str, str], workers: int = 2, port: int | None = None) -> Service:
-    """kb-bridge exactly as documented: gunicorn -c gunicorn.conf.py kb_bridge.asgi:app."""
+def start_bridge(
+    tmp: Path, env: Mapping[str, str], workers: int = 2, port: int | None = None,
+    app: str = "kb_bridge.asgi:app", pythonpath: str | None = None,
+) -> Service:
+    """kb-bridge exactly as documented: gunicorn -c gunicorn.conf.py kb_bridge.asgi:app (benchmarks
+    may serve another app built by create_app, from `pythonpath`)."""
     port = port or free_port()
     full_env = clean_env({"KB_BIND": f"127.0.0.1:{port}", "KB_WORKERS": str(workers), **env})
     full_env.setdefault("KB_UPLOAD_DIR", str(tmp / "uploads"))
-    argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "kb_bridge.asgi:app"]
+    argv = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", *(["--pythonpath", pythonpath] if pythonpath else []), app]
     log = tmp / f"bridge-{port}.log"
     return Service("kb-bridge", argv, full_env, log, f"http://127.0.0.1:{port}").wait_ready()
 
