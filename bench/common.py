@@ -19,8 +19,9 @@ sys.path.insert(0, str(REPO))
 from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until  # noqa: E402,F401
 
 RESULTS = REPO / "bench" / "results"
+BENCH = str(REPO / "bench")
 MODERN = "2026-07-28"
-META = {
+MODERN_META = META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientInfo": {"name": "kb-bench", "version": "1"},
     "io.modelcontextprotocol/clientCapabilities": {},

@@ -27,6 +27,7 @@ from typing import Any
 import requests
 
 from common import (
+    BENCH,
     REPO,
     McpHttp,
     Service,
@@ -42,7 +43,6 @@ from tests.e2e.processes import clean_env
 TOKEN = "bench-token-0123456789abcdef"
 ENGINE_KEY = "bench-engine-key-0123456789"
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-BENCH = str(REPO / "bench")
 
 
 class LegacyMcpHttp(McpHttp):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AsyncExitStack
 from typing import Any
 
 from asgiref.wsgi import WsgiToAsgi
@@ -29,14 +30,67 @@ access_logger = logging.getLogger("kb_bridge.access")
 MCP_PATHS = ("/mcp", "/mcp/")
 
 
+class ResponseModeRouter:
+    """Sends each /mcp POST to the JSON or the SSE transport.
+
+    A client can only receive progress notifications on an SSE answer, and only asks for them by
+    putting a progress token in the request. So a request without one gets the cheaper JSON answer.
+    The token is looked for as bytes in the body: a false positive (the word inside an argument)
+    merely costs an SSE answer, never a wrong one.
+    """
+
+    def __init__(self, json_app: Any, sse_app: Any, max_body_bytes: int) -> None:
+        self._json = json_app
+        self._sse = sse_app
+        self._max = max_body_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"0")
+        if scope.get("method") != "POST" or not declared.isdigit() or int(declared) > self._max:
+            # Not a call, or refused (413) by the transport before it reads a byte.
+            await self._sse(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max:
+                await _send_too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await (self._sse if b'"progressToken"' in body else self._json)(scope, replay, send)
+
+
+async def _send_too_large(send: Any) -> None:
+    body = b"Request body too large"
+    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class BridgeApp:
     """Routes ASGI traffic and owns the lifespan."""
 
-    def __init__(self, bridge: Bridge, mcp: Any, web: Any, manager: StreamableHTTPSessionManager) -> None:
+    def __init__(self, bridge: Bridge, mcp: Any, web: Any, managers: list[StreamableHTTPSessionManager]) -> None:
         self.bridge = bridge
         self._mcp = mcp
         self._web = web
-        self._manager = manager
+        self._managers = managers
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -46,10 +100,13 @@ class BridgeApp:
             await self._http(scope, receive, send)
 
     async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Route one request, with a request id in every log line it causes and one access event."""
+        """Route one request, with a request id in every log line it causes and one access line:
+        `http_request`, or for a tool call the tool's `mcp_tool_success` / `mcp_tool_error`."""
         offered = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
         rid = context.new_request_id(offered)
         context.request_id.set(rid)
+        fields: dict[str, Any] = {}
+        context.access_fields.set(fields)
         started = time.perf_counter()
         status = [0]
 
@@ -63,24 +120,24 @@ class BridgeApp:
         try:
             await app(scope, receive, send_with_id)
         finally:
-            access_logger.info(
-                "http_request",
-                extra={
-                    "event": "http_request",
-                    "method": scope.get("method"),
-                    "path": scope.get("path"),
-                    "status": status[0],
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                    "client": (scope.get("client") or ("", 0))[0],
-                },
+            event = str(fields.setdefault("event", "http_request"))
+            fields.update(
+                method=scope.get("method"),
+                path=scope.get("path"),
+                status=status[0],
+                client=(scope.get("client") or ("", 0))[0],
             )
+            fields["request_ms" if "duration_ms" in fields else "duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+            access_logger.log(logging.WARNING if event == "mcp_tool_error" else logging.INFO, event, extra={"fields": fields})
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         message = await receive()
         if message["type"] != "lifespan.startup":
             return
         try:
-            async with self._manager.run():
+            async with AsyncExitStack() as stack:
+                for manager in self._managers:
+                    await stack.enter_async_context(manager.run())
                 _warn_if_open(self.bridge.settings)
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown
@@ -108,15 +165,24 @@ def create_app(
     benchmark may add its own ToolSpecs)."""
     settings = settings or load_settings()
     bridge = bridge or Bridge(settings)
-    manager = StreamableHTTPSessionManager(
-        app=build_server(bridge, available),
-        stateless=True,
-        json_response=settings.mcp.json_response,
-        # Host/Origin are checked once, by HostOriginGuard, before auth.
-        security_settings=None,
-        max_request_body_size=settings.mcp.max_body_bytes,
-    )
-    mcp: Any = StreamableHTTPASGIApp(manager)
+    server = build_server(bridge, available)
+
+    def transport(json_response: bool) -> StreamableHTTPSessionManager:
+        return StreamableHTTPSessionManager(
+            app=server,
+            stateless=True,
+            json_response=json_response,
+            # Host/Origin are checked once, by HostOriginGuard, before auth.
+            security_settings=None,
+            max_request_body_size=settings.mcp.max_body_bytes,
+        )
+
+    mode = settings.mcp.response_mode
+    managers = [transport(json_response=(mode == "json"))]
+    mcp: Any = StreamableHTTPASGIApp(managers[0])
+    if mode == "auto":
+        managers.append(transport(json_response=True))
+        mcp = ResponseModeRouter(StreamableHTTPASGIApp(managers[1]), mcp, settings.mcp.max_body_bytes)
     mcp = BearerAuth(mcp, settings.mcp.api_keys, CALLER_SCOPE_KEY, bridge.metrics.auth_failure)
     mcp = HostOriginGuard(mcp, settings.mcp.allowed_hosts, settings.mcp.allowed_origins, bridge.metrics.auth_failure)
-    return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge)), manager)
+    return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge)), managers)

@@ -10,6 +10,9 @@ from contextvars import ContextVar
 
 request_id: ContextVar[str | None] = ContextVar("kb_request_id", default=None)
 engine_trail: ContextVar[list[str] | None] = ContextVar("kb_engine_trail", default=None)
+# Over HTTP, the fields of a request's tool event are handed to the app, which writes one line
+# per request (the tool's outcome with the HTTP status); without it (stdio) the tool logs itself.
+access_fields: ContextVar[dict[str, object] | None] = ContextVar("kb_access_fields", default=None)
 
 _ACCEPTABLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

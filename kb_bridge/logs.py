@@ -1,8 +1,9 @@
 """Logging configuration, applied only where a process starts (CLI, gunicorn config).
 
 One line of JSON per event on stderr (stdout belongs to the stdio transport): time, level,
-logger, message, and the structured fields a call site passes in `extra` (event, tool,
-caller, duration_ms, outcome, code, ...). Call sites never pass note text or file bytes.
+logger, message, and the structured fields a call site passes as `extra={"fields": {...}}`
+(event, tool, caller, duration_ms, outcome, code, ...). Call sites never pass note text or file
+bytes. Formatting is on every request's path, so it is kept cheap: one dict, one dumps.
 """
 
 from __future__ import annotations
@@ -15,14 +16,27 @@ from typing import Any
 
 from kb_bridge import context
 
-# Attributes every LogRecord has; anything else on a record came from `extra`.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+FIELDS = "fields"
+
+
+def fields_of(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, FIELDS, None)
+    return fields if isinstance(fields, dict) else {}
 
 
 class JsonFormatter(logging.Formatter):
+    _second = -1
+    _stamp = ""
+
+    def _timestamp(self, created: float, msecs: float) -> str:
+        second = int(created)
+        if second != self._second:  # strftime once per second, not per line
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int(msecs):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": self._timestamp(record.created, record.msecs),
             "level": record.levelname.lower(),
             "logger": record.name,
             "pid": record.process,
@@ -31,9 +45,7 @@ class JsonFormatter(logging.Formatter):
         rid = context.request_id.get()
         if rid is not None:
             entry["request_id"] = rid
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+        entry.update(fields_of(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -45,8 +57,8 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        extras = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
-        return f"{text} {json.dumps(extras, default=str)}" if extras else text
+        fields = fields_of(record)
+        return f"{text} {json.dumps(fields, default=str)}" if fields else text
 
 
 def gunicorn_logconfig(level: str, as_json: bool) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class ToolDispatcher:
         trail: list[str] = []
         context.engine_trail.set(trail)
         # DEBUG: the success or error line that follows carries the same fields and the outcome.
-        logger.debug("mcp_tool_invoke", extra={"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller})
+        logger.debug("mcp_tool_invoke", extra={"fields": {"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller}})
         try:
             arguments = params.arguments if params.arguments is not None else {}
             self._validators[spec.name].check(arguments)
@@ -153,11 +153,16 @@ class ToolDispatcher:
         if outcome == "ok":
             fields["event"] = "mcp_tool_success"
             fields["result_count"] = _result_count(result or {})
-            logger.info("mcp_tool_success", extra=fields)
         else:
             fields["event"] = "mcp_tool_error"
             fields["code"] = outcome
-            logger.warning("mcp_tool_error", extra=fields)
+        access = context.access_fields.get()
+        if access is not None:
+            access.update(fields)  # the HTTP app writes it, with the status, as the request's one line
+        elif outcome == "ok":
+            logger.info("mcp_tool_success", extra={"fields": fields})
+        else:
+            logger.warning("mcp_tool_error", extra={"fields": fields})
         self._bridge.metrics.tool_call(tool, outcome, duration_ms / 1000)
 
 

@@ -46,6 +46,7 @@ class Bridge:
         self.metrics = metrics or (PrometheusMetrics(self.uploads) if settings.mcp.metrics else Metrics())
         self.engine = engine or EngineClient(settings.engine, metrics=self.metrics)
         self._executor: ThreadPoolExecutor | None = None
+        self._users = 0  # lifespans currently entered (one per transport session manager)
         self._sweeper = Sweeper(self.uploads, settings.uploads.ttl_seconds, settings.uploads.sweep_interval)
 
     @property
@@ -76,9 +77,14 @@ class Bridge:
 
     @asynccontextmanager
     async def lifespan(self, _server: Any) -> AsyncIterator[dict[str, Any]]:
+        """Start on the first entry, stop when the last user leaves (the HTTP app runs two
+        transport managers over one bridge)."""
+        self._users += 1
         self.start()
         try:
             yield {"bridge": self}
         finally:
-            # Off the event loop: in-flight handlers may still need it (progress notifications).
-            await anyio.to_thread.run_sync(self.stop)
+            self._users -= 1
+            if self._users == 0:
+                # Off the event loop: in-flight handlers may still need it (progress notifications).
+                await anyio.to_thread.run_sync(self.stop)

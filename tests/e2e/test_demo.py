@@ -4,6 +4,8 @@ PDF and finds things by meaning; Ctrl-C stops both processes."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -64,5 +66,15 @@ async def test_demo_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> N
         assert not http_ok(base + "/healthz") and not http_ok(f"http://127.0.0.1:{engine_port}/healthz")
     finally:
         if demo.poll() is None:
-            demo.kill()
-            demo.wait(10)
+            # The engine and the bridge run in sessions of their own: stop them through the demo
+            # (SIGINT), and only if that fails kill them directly.
+            children = Path(f"/proc/{demo.pid}/task/{demo.pid}/children").read_text().split()
+            demo.send_signal(signal.SIGINT)
+            try:
+                demo.wait(60)
+            except subprocess.TimeoutExpired:
+                for pid in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+                demo.kill()
+                demo.wait(10)

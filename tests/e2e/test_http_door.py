@@ -156,13 +156,14 @@ async def test_logs_are_json_events_with_request_ids_and_no_content(bridge: Serv
     def events() -> list[dict[str, object]]:
         return [json.loads(line) for line in bridge.log_path.read_text().splitlines() if line.strip()]
 
-    def logged(request_id: object) -> bool:
-        # The access event is written after the response has gone out: poll for it.
-        return any(e.get("event") == "http_request" and e.get("request_id") == request_id for e in events())
-
+    # One line per request, written once the answer has gone out: poll for it.
+    wait_until(lambda: any(e.get("request_id") == "trace-abc.123" for e in events()), 10, what="the access line")
     tool_events = [e for e in events() if e.get("event") == "mcp_tool_error" and e.get("tool") == "kb_addnote"]
-    assert tool_events and tool_events[-1]["code"] == "ENGINE_UNAVAILABLE" and tool_events[-1]["engine_status"]
-    wait_until(lambda: logged(tool_events[-1]["request_id"]) and logged("trace-abc.123"), 10, what="access events")
+    assert tool_events, "the failed call should have logged its tool event"
+    line = tool_events[-1]
+    assert line["code"] == "ENGINE_UNAVAILABLE" and line["engine_status"] and line["request_id"]
+    assert line["method"] == "POST" and line["path"] == "/mcp" and line["status"] == 200 and line["request_ms"] >= line["duration_ms"]
+    assert [e for e in events() if e.get("request_id") == "trace-abc.123"][0]["event"] == "http_request"
     assert "NOTE-BODY-7d1f" not in bridge.log()
 
 
