@@ -1,13 +1,17 @@
-"""An engine stand-in for tests of the bridge's own behaviour under engine conditions the real
-engine does not produce on demand (slow answers, an old version). It speaks just enough of
-engine-api.md, records what it received, and runs on a free loopback port in a thread."""
+"""An engine stand-in for tests and benchmarks of the bridge's own behaviour under engine
+conditions the real engine does not produce on demand (slow answers, an old version). It speaks
+just enough of engine-api.md, records what it received, and runs on a free loopback port.
+
+It is an asyncio server on its own thread: one event loop serves every connection, so a
+hundred concurrent slow answers cost nothing but timers (a thread per connection would make the
+stand-in, not the bridge, the bottleneck of a load test).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.e2e.processes import free_port
@@ -21,20 +25,28 @@ class StandInEngine:
         self.authorizations: list[str | None] = []
         self.in_flight = 0
         self.peak_in_flight = 0
-        self._lock = threading.Lock()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> StandInEngine:
         self._thread.start()
+        self._started.wait(10)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port, backlog=1024))
+        self._started.set()
+        self._loop.run_forever()
+        self._server.close()
 
     def answer(self, method: str, path: str) -> tuple[int, Any]:
         if path.startswith("/api/v1/status"):
@@ -47,38 +59,36 @@ class StandInEngine:
             return 200, {"ok": True}
         return 404, {"error": {"code": "not_found", "message": "not here"}}
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        engine = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request_line = await reader.readline()
+                if not request_line:
+                    return
+                method, path, _ = request_line.decode("latin-1").split(" ", 2)
+                headers: dict[str, str] = {}
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length") or 0)
                 if length:
-                    self.rfile.read(length)
-                with engine._lock:
-                    engine.received.append(f"{self.command} {self.path}")
-                    engine.authorizations.append(self.headers.get("Authorization"))
-                    engine.in_flight += 1
-                    engine.peak_in_flight = max(engine.peak_in_flight, engine.in_flight)
+                    await reader.readexactly(length)
+                self.received.append(f"{method} {path}")
+                self.authorizations.append(headers.get("authorization"))
+                self.in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 try:
-                    if engine.delay and not self.path.startswith(("/healthz", "/api/v1/status")):
-                        time.sleep(engine.delay)  # the engine being slow is the condition under test
-                    status, payload = engine.answer(self.command, self.path)
+                    if self.delay and not path.startswith(("/healthz", "/api/v1/status")):
+                        await asyncio.sleep(self.delay)  # the engine being slow is the condition under test
+                    status, payload = self.answer(method, path)
                 finally:
-                    with engine._lock:
-                        engine.in_flight -= 1
+                    self.in_flight -= 1
                 body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+                writer.write(
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            return
+        finally:
+            writer.close()
