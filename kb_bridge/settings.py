@@ -67,7 +67,8 @@ class EngineSettings:
     retry_max_wait: float = 2.0
     # Response bodies above this are refused rather than read into memory.
     max_response_bytes: int = 64 * MIB
-    pool_size: int = 32
+    # At least KB_THREAD_POOL_SIZE: a call that finds no free pooled connection opens (and drops) its own.
+    pool_size: int = 64
 
     def safe_url(self) -> str:
         """The engine URL without any user:password part, fit for logs and reports."""
@@ -97,7 +98,7 @@ class McpSettings:
     # when it buys something.
     response_mode: str = "auto"
     max_body_bytes: int = 4 * MIB
-    thread_pool_size: int = 32
+    thread_pool_size: int = 64
     tools: tuple[str, ...] | None = None
     read_only: bool = False
     # kb_addnote {wait: true} waits at most this long for the note to be indexed.

@@ -18,9 +18,13 @@ from tests.e2e.processes import free_port
 
 
 class StandInEngine:
-    def __init__(self, delay: float = 0.0, version: str = "3.0.0") -> None:
+    def __init__(self, delay: float = 0.0, version: str = "3.0.0", gate: int = 0) -> None:
         self.delay = delay
         self.version = version
+        # With a gate, searches are held until that many are in flight at once (or 10 s pass):
+        # a test then knows the calls overlapped, instead of hoping its timing made them.
+        self.gate = gate
+        self._gate_open: asyncio.Event | None = None
         self.received: list[str] = []
         self.authorizations: list[str | None] = []
         self.in_flight = 0
@@ -59,6 +63,16 @@ class StandInEngine:
             return 200, {"ok": True}
         return 404, {"error": {"code": "not_found", "message": "not here"}}
 
+    async def _wait_for_gate(self) -> None:
+        if self._gate_open is None:
+            self._gate_open = asyncio.Event()
+        if self.in_flight >= self.gate:
+            self._gate_open.set()
+        try:
+            await asyncio.wait_for(self._gate_open.wait(), 10)
+        except asyncio.TimeoutError:
+            pass  # the test sees peak_in_flight below the gate and fails with that figure
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -78,6 +92,8 @@ class StandInEngine:
                 self.in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 try:
+                    if self.gate and path.startswith("/api/v1/search"):
+                        await self._wait_for_gate()
                     if self.delay and not path.startswith(("/healthz", "/api/v1/status")):
                         await asyncio.sleep(self.delay)  # the engine being slow is the condition under test
                     status, payload = self.answer(method, path)
