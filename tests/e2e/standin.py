@@ -51,6 +51,12 @@ class StandInEngine:
         self._started.set()
         self._loop.run_forever()
         self._server.close()
+        # Let every open connection's handler end before the loop goes away.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     def answer(self, method: str, path: str) -> tuple[int, Any]:
         if path.startswith("/api/v1/status"):
@@ -104,7 +110,7 @@ class StandInEngine:
                     f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
                 )
                 await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError):
             return
         finally:
             writer.close()

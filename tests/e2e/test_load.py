@@ -5,8 +5,6 @@ speed."""
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.mcp_client import MODERN_META, modern_call
+from tests.e2e.abuse import open_and_call, slowloris
+from tests.e2e.mcp_client import modern_call
 from tests.e2e.processes import Service, connections_of, start_bridge, wait_until
 from tests.e2e.standin import StandInEngine
 
@@ -53,34 +52,6 @@ def test_41_64_concurrent_calls_on_a_slow_engine_overlap_and_none_is_lost(slow_e
     assert slow_engine.peak_in_flight == 64
 
 
-async def _open_and_call(port: int, count: int) -> tuple[list[tuple[str, str]], list[asyncio.StreamWriter]]:
-    """`count` clients, each on its own connection, each sending one call and never closing."""
-
-    async def one(i: int) -> tuple[tuple[str, str], asyncio.StreamWriter]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        query = f"client-{i}"
-        body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                           "params": {"name": "kb_search", "arguments": {"query": query}, "_meta": MODERN_META}}).encode()
-        head = (
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
-            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
-            f"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: kb_search\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        writer.write(head + body)
-        await writer.drain()
-        status_line = await asyncio.wait_for(reader.readline(), 60)
-        length = 0
-        while (line := await asyncio.wait_for(reader.readline(), 60)) not in (b"\r\n", b""):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        reply = json.loads(await asyncio.wait_for(reader.readexactly(length), 60))
-        assert status_line.startswith(b"HTTP/1.1 200"), status_line
-        return (query, reply["result"]["structuredContent"]["query"] if reply["id"] == i else f"wrong id {reply['id']}"), writer
-
-    results = await asyncio.gather(*(one(i) for i in range(count)))
-    return [r for r, _ in results], [w for _, w in results]
-
-
 def test_40_many_clients_that_never_close_get_their_own_answers_in_bounded_memory(tmp_path: Path) -> None:
     with StandInEngine() as engine:
         bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_KEEPALIVE": "120"}, workers=2)
@@ -90,7 +61,7 @@ def test_40_many_clients_that_never_close_get_their_own_answers_in_bounded_memor
             before = worker_rss_kib(bridge)
 
             async def run() -> tuple[list[tuple[str, str]], dict[int, int]]:
-                pairs, writers = await _open_and_call(port, 300)
+                pairs, writers = await open_and_call(port, TOKEN, 300)
                 during = worker_rss_kib(bridge)  # every connection still open
                 for writer in writers:
                     writer.close()
@@ -104,30 +75,12 @@ def test_40_many_clients_that_never_close_get_their_own_answers_in_bounded_memor
     assert growth_mib < 64, f"a worker grew by {growth_mib:.1f} MiB holding 300 idle connections"
 
 
-def _slowloris(port: int, stop: threading.Event, body: bool) -> None:
-    """Headers (or a body) dripped one byte at a time, never finished."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-            request = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            if body:
-                request += "Content-Length: 100000\r\n\r\n{"
-            for char in request.encode():
-                if stop.is_set():
-                    return
-                sock.send(bytes([char]))
-                stop.wait(0.05)  # the drip rate is the attack
-            while not stop.wait(0.2):
-                sock.send(b" ")
-    except OSError:
-        return  # the server may cut a slow client off: that is allowed
-
-
 def test_39_slow_clients_do_not_starve_the_others(tmp_path: Path) -> None:
     with StandInEngine() as engine:
         bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN}, workers=1)
         port = int(bridge.url.rsplit(":", 1)[1])
         stop = threading.Event()
-        drippers = [threading.Thread(target=_slowloris, args=(port, stop, i % 2 == 0), daemon=True) for i in range(60)]
+        drippers = [threading.Thread(target=slowloris, args=(port, stop, i % 2 == 0), daemon=True) for i in range(60)]
         try:
             for thread in drippers:
                 thread.start()
