@@ -1,7 +1,7 @@
 """Concurrency and throughput, measured with wrk (a C load generator, so the client is not what is
 measured):
 
-1. 64 concurrent clients calling kb_search on kb-bridge (gunicorn, 2 workers x 32 pool threads)
+1. 64 concurrent clients calling kb_search on kb-bridge (gunicorn, 2 workers, 64 pool threads each)
    against an engine stand-in that answers after 100 ms: achieved calls/s against the ideal
    (64 / 0.1 s = 640/s), errors, latency percentiles.
 2. Throughput of a trivial tool (kb_echo, no engine) at concurrency 1, 4, 16 and 64, kb-bridge
@@ -61,7 +61,7 @@ def wrk(url: str, tool: str, arguments: dict[str, Any], connections: int, second
     threads = 1 if connections == 1 else 2
     done = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url + "/mcp"],
                           capture_output=True, text=True, timeout=seconds + 60)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    line = next((row for row in done.stdout.splitlines() if row.startswith("RESULT ")), None)
     if line is None:
         raise RuntimeError(f"wrk failed: {done.stdout}\n{done.stderr}")
     result = json.loads(line[7:])
@@ -101,7 +101,7 @@ def main() -> None:
             reference = start_reference(tmp, engine.url)
             try:
                 servers = {"kb-bridge": bridge.url, "MCPServer": reference.url}
-                for name, url in servers.items():
+                for url in servers.values():
                     wrk(url, "kb_echo", {"text": "warm-up"}, 16, 3, tmp)
                 throughput: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in servers}
                 for level in levels:
@@ -125,7 +125,7 @@ def median(values: list[float]) -> float:
 
 def report(results: dict[str, Any]) -> None:
     slow = results["slow_engine_64"]
-    print("\n64 concurrent clients, kb_search, engine answering after 100 ms (kb-bridge: 2 workers x 32 threads)")
+    print("\n64 concurrent clients, kb_search, engine answering after 100 ms (kb-bridge: 2 workers, 64 pool threads each)")
     print(f"  calls/s {slow['calls_per_s']} of ideal 640 -> efficiency {slow['efficiency']:.0%}; errors {slow['errors'] + slow['socket_errors']};"
           f" p50 {slow['p50_ms']} ms, p95 {slow['p95_ms']} ms, p99 {slow['p99_ms']} ms; engine saw up to {slow['engine_peak_in_flight']} at once")
     print("\nkb_echo throughput (calls/s, median of runs), 2 worker processes each")

@@ -85,7 +85,7 @@ def load_corpus(engine: Service, docs: int) -> None:
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {ENGINE_KEY}"
     with open(SCIFACT / "corpus.jsonl") as f:
-        rows = [json.loads(line) for _, line in zip(range(docs), f)]
+        rows = [json.loads(line) for _, line in zip(range(docs), f, strict=False)]
     for row in rows:
         body = {"text": row["text"], "title": row["title"], "source_path": f"scifact/{row['_id']}", "tags": ["collection:documents"]}
         session.post(f"{engine.url}/api/v1/jobs", json=body, headers={"Idempotency-Key": f"bench-{row['_id']}"}, timeout=30).raise_for_status()

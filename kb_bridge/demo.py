@@ -9,6 +9,7 @@ stops both processes cleanly on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import secrets
@@ -155,7 +156,7 @@ class Demo:
         for entry in sorted((corpus / "documents").iterdir(), key=lambda e: e.name):
             data = entry.read_bytes()
             fields = [("title", entry.name), ("source_path", f"sample/{entry.name}"), ("tags", "collection:documents"), ("tags", "sample")]
-            job = engine.upload_file_job(entry.name, len(data), lambda d=data: [d], fields, f"demo-{entry.name}")
+            job = engine.upload_file_job(entry.name, len(data), functools.partial(list, [data]), fields, f"demo-{entry.name}")
             jobs.append(job["id"])
         for entry in sorted((corpus / "memory").iterdir(), key=lambda e: e.name):
             body = {"text": entry.read_text().strip(), "title": entry.name.removesuffix(".md"),
@@ -225,7 +226,7 @@ class Demo:
 
     def stop(self) -> None:
         # The bridge first (it drains in-flight calls), then the engine.
-        for name, process in reversed(self.processes):
+        for _name, process in reversed(self.processes):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:

@@ -56,7 +56,8 @@ def list_recent(engine: EngineClient, offset: int) -> tuple[list[Listed], int | 
     """One page of recent documents as resources, and the next offset (None at the end)."""
     raw = engine.list_documents([("limit", LIST_PAGE), ("offset", offset)])
     docs = [shapes.document(d) for d in shapes.listed(raw, "documents")]
-    total = raw.get("total") if isinstance(raw.get("total"), int) else offset + len(docs)
+    reported = raw.get("total")
+    total = reported if isinstance(reported, int) else offset + len(docs)
     items = [
         Listed(
             uri=document_uri(d["id"]),
@@ -125,7 +126,8 @@ def chunk_markdown(chunk: dict[str, Any]) -> str:
 def listing(engine: EngineClient, heading: str, tag: str) -> str:
     raw = engine.list_documents([("tag", tag), ("limit", LISTING_LIMIT)])
     docs = [shapes.document(d) for d in shapes.listed(raw, "documents")]
-    total = raw.get("total") if isinstance(raw.get("total"), int) else len(docs)
+    reported = raw.get("total")
+    total = reported if isinstance(reported, int) else len(docs)
     if not docs:
         raise NotFound(f"no documents for {heading.lower()}")
     lines = [f"# {heading}", "", f"{total} document(s), newest update first" + (f" (first {len(docs)} shown)" if total > len(docs) else "") + ":", ""]

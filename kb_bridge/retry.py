@@ -40,15 +40,17 @@ class RetryPolicy:
     ) -> None:
         self._backoff = settings.retry_backoff
         self._max_wait = settings.retry_max_wait
-        common = {
-            "stop": stop_after_attempt(settings.retry_attempts),
-            "wait": self._wait,
-            "sleep": sleep,
-            "reraise": True,
-        }
-        self._safe = Retrying(retry=retry_if_exception(lambda e: should_retry(e, True)), before_sleep=self._log, **common)
-        self._unsafe = Retrying(
-            retry=retry_if_exception(lambda e: should_retry(e, False)), before_sleep=self._log, **common
+        self._safe = self._retrying(settings, sleep, safe=True)
+        self._unsafe = self._retrying(settings, sleep, safe=False)
+
+    def _retrying(self, settings: EngineSettings, sleep: Callable[[float], None], safe: bool) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(settings.retry_attempts),
+            wait=self._wait,
+            sleep=sleep,
+            reraise=True,
+            retry=retry_if_exception(lambda e: should_retry(e, safe)),
+            before_sleep=self._log,
         )
 
     def run(self, fn: Callable[[], T], *, safe: bool) -> T:

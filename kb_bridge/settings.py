@@ -181,19 +181,19 @@ class _Env:
         except (ValueError, TypeError) as exc:
             raise SettingsError(name, str(exc)) from None
 
-    def str(self, name: str, default: str) -> str:
+    def text(self, name: str, default: str) -> str:
         return self.get(name, default, str)
 
-    def int(self, name: str, default: int, low: int = 1, high: int | None = None) -> int:
+    def integer(self, name: str, default: int, low: int = 1, high: int | None = None) -> int:
         return self.get(name, default, lambda v: _bounded(int(v), low, high))
 
-    def float(self, name: str, default: float, low: float = 0.0, high: float | None = None) -> float:
+    def number(self, name: str, default: float, low: float = 0.0, high: float | None = None) -> float:
         return self.get(name, default, lambda v: _bounded(float(v), low, high))
 
-    def bool(self, name: str, default: bool) -> bool:
+    def flag(self, name: str, default: bool) -> bool:
         return self.get(name, default, _parse_bool)
 
-    def list(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    def items(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
         return self.get(name, default, _parse_list)
 
     def secret(self, name: str) -> Secret | None:
@@ -281,32 +281,32 @@ def _load_engine(env: _Env) -> EngineSettings:
     return EngineSettings(
         url=env.get("KB_ENGINE_URL", d.url, _parse_engine_url),
         api_key=env.secret("KB_API_KEY"),
-        connect_timeout=env.float("KB_ENGINE_CONNECT_TIMEOUT", d.connect_timeout, low=0.1, high=60),
-        read_timeout=env.float("KB_ENGINE_TIMEOUT", d.read_timeout, low=0.1, high=600),
-        upload_timeout=env.float("KB_ENGINE_UPLOAD_TIMEOUT", d.upload_timeout, low=1, high=7200),
-        retry_attempts=env.int("KB_ENGINE_RETRIES", d.retry_attempts, low=1, high=10),
-        retry_backoff=env.float("KB_ENGINE_RETRY_BACKOFF", d.retry_backoff, low=0, high=30),
-        retry_max_wait=env.float("KB_ENGINE_RETRY_MAX_WAIT", d.retry_max_wait, low=0, high=60),
-        max_response_bytes=env.int("KB_ENGINE_MAX_RESPONSE_BYTES", d.max_response_bytes, low=1024),
-        pool_size=env.int("KB_ENGINE_POOL_SIZE", d.pool_size, low=1, high=1024),
+        connect_timeout=env.number("KB_ENGINE_CONNECT_TIMEOUT", d.connect_timeout, low=0.1, high=60),
+        read_timeout=env.number("KB_ENGINE_TIMEOUT", d.read_timeout, low=0.1, high=600),
+        upload_timeout=env.number("KB_ENGINE_UPLOAD_TIMEOUT", d.upload_timeout, low=1, high=7200),
+        retry_attempts=env.integer("KB_ENGINE_RETRIES", d.retry_attempts, low=1, high=10),
+        retry_backoff=env.number("KB_ENGINE_RETRY_BACKOFF", d.retry_backoff, low=0, high=30),
+        retry_max_wait=env.number("KB_ENGINE_RETRY_MAX_WAIT", d.retry_max_wait, low=0, high=60),
+        max_response_bytes=env.integer("KB_ENGINE_MAX_RESPONSE_BYTES", d.max_response_bytes, low=1024),
+        pool_size=env.integer("KB_ENGINE_POOL_SIZE", d.pool_size, low=1, high=1024),
     )
 
 
 def _load_mcp(env: _Env) -> McpSettings:
     d = McpSettings()
-    tools = env.list("KB_MCP_TOOLS", ())
+    tools = env.items("KB_MCP_TOOLS", ())
     return McpSettings(
         api_keys=env.get("KB_MCP_API_KEY", (), _parse_api_keys),
-        allowed_hosts=env.list("KB_MCP_ALLOWED_HOSTS", d.allowed_hosts),
-        allowed_origins=env.list("KB_MCP_ALLOWED_ORIGINS", d.allowed_origins),
+        allowed_hosts=env.items("KB_MCP_ALLOWED_HOSTS", d.allowed_hosts),
+        allowed_origins=env.items("KB_MCP_ALLOWED_ORIGINS", d.allowed_origins),
         response_mode=env.get("KB_MCP_RESPONSE", d.response_mode, _parse_response_mode),
-        max_body_bytes=env.int("KB_MCP_MAX_BODY_BYTES", d.max_body_bytes, low=64 * 1024, high=256 * MIB),
-        thread_pool_size=env.int("KB_THREAD_POOL_SIZE", d.thread_pool_size, low=1, high=1024),
+        max_body_bytes=env.integer("KB_MCP_MAX_BODY_BYTES", d.max_body_bytes, low=64 * 1024, high=256 * MIB),
+        thread_pool_size=env.integer("KB_THREAD_POOL_SIZE", d.thread_pool_size, low=1, high=1024),
         tools=tools or None,
-        read_only=env.bool("KB_MCP_READ_ONLY", d.read_only),
-        wait_seconds=env.float("KB_ADDNOTE_WAIT_SECONDS", d.wait_seconds, low=0, high=600),
-        metrics=env.bool("KB_METRICS", d.metrics),
-        otel=env.bool("KB_OTEL", d.otel),
+        read_only=env.flag("KB_MCP_READ_ONLY", d.read_only),
+        wait_seconds=env.number("KB_ADDNOTE_WAIT_SECONDS", d.wait_seconds, low=0, high=600),
+        metrics=env.flag("KB_METRICS", d.metrics),
+        otel=env.flag("KB_OTEL", d.otel),
         metrics_token=env.secret("KB_METRICS_TOKEN"),
     )
 
@@ -314,15 +314,15 @@ def _load_mcp(env: _Env) -> McpSettings:
 def _load_uploads(env: _Env) -> UploadSettings:
     d = UploadSettings()
     return UploadSettings(
-        dir=env.str("KB_UPLOAD_DIR", d.dir),
+        dir=env.text("KB_UPLOAD_DIR", d.dir),
         store_url=env.raw("KB_UPLOAD_STORE"),
-        ttl_seconds=env.float("KB_UPLOAD_TTL_SECONDS", d.ttl_seconds, low=1),
-        max_bytes=env.int("KB_UPLOAD_MAX_BYTES", d.max_bytes, low=1),
-        max_chunk_bytes=env.int("KB_UPLOAD_MAX_CHUNK_BYTES", d.max_chunk_bytes, low=1024),
-        extensions=tuple(e.lower().lstrip(".") for e in env.list("KB_UPLOAD_EXTENSIONS", d.extensions)),
-        max_uploads_per_caller=env.int("KB_UPLOAD_MAX_PER_CALLER", d.max_uploads_per_caller, low=1),
-        max_staged_bytes_per_caller=env.int("KB_UPLOAD_MAX_STAGED_BYTES", d.max_staged_bytes_per_caller, low=1),
-        sweep_interval=env.float("KB_UPLOAD_SWEEP_INTERVAL", d.sweep_interval, low=0.05),
+        ttl_seconds=env.number("KB_UPLOAD_TTL_SECONDS", d.ttl_seconds, low=1),
+        max_bytes=env.integer("KB_UPLOAD_MAX_BYTES", d.max_bytes, low=1),
+        max_chunk_bytes=env.integer("KB_UPLOAD_MAX_CHUNK_BYTES", d.max_chunk_bytes, low=1024),
+        extensions=tuple(e.lower().lstrip(".") for e in env.items("KB_UPLOAD_EXTENSIONS", d.extensions)),
+        max_uploads_per_caller=env.integer("KB_UPLOAD_MAX_PER_CALLER", d.max_uploads_per_caller, low=1),
+        max_staged_bytes_per_caller=env.integer("KB_UPLOAD_MAX_STAGED_BYTES", d.max_staged_bytes_per_caller, low=1),
+        sweep_interval=env.number("KB_UPLOAD_SWEEP_INTERVAL", d.sweep_interval, low=0.05),
     )
 
 
@@ -330,11 +330,11 @@ def _load_server(env: _Env) -> ServerSettings:
     d = ServerSettings()
     return ServerSettings(
         bind=env.get("KB_BIND", d.bind, _parse_bind),
-        workers=env.int("KB_WORKERS", d.workers, low=1, high=256),
+        workers=env.integer("KB_WORKERS", d.workers, low=1, high=256),
         log_level=env.get("KB_LOG_LEVEL", d.log_level, _parse_log_level),
-        log_json=env.bool("KB_LOG_JSON", d.log_json),
-        graceful_timeout=env.float("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
-        keepalive=env.int("KB_KEEPALIVE", d.keepalive, low=0, high=3600),
+        log_json=env.flag("KB_LOG_JSON", d.log_json),
+        graceful_timeout=env.number("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
+        keepalive=env.integer("KB_KEEPALIVE", d.keepalive, low=0, high=3600),
     )
 
 

@@ -131,7 +131,8 @@ def document(raw: Any, *, full: bool = False) -> dict[str, Any]:
     }
     if full:
         shaped["content"] = _opt(raw, "content", str)
-        chunks = raw.get("chunks") if isinstance(raw.get("chunks"), list) else []
+        listed_chunks = raw.get("chunks")
+        chunks: list[Any] = listed_chunks if isinstance(listed_chunks, list) else []
         shaped["chunks"] = [
             {"id": _required_int(c, "id"), "index": _opt(c, "index", int) or 0, "text": _opt(c, "text", str) or ""}
             for c in chunks

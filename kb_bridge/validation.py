@@ -58,7 +58,7 @@ class ArgumentValidator:
 def _problem(keyword: str, expected: Any) -> str:
     if keyword == "type":
         kinds = expected if isinstance(expected, list) else [expected]
-        return "must be " + " or ".join(_TYPE_NAMES.get(k, k) for k in kinds)
+        return "must be " + " or ".join(_TYPE_NAMES.get(str(k), str(k)) for k in kinds)
     if keyword == "minimum":
         return f"must be at least {expected}"
     if keyword == "maximum":

@@ -85,7 +85,7 @@ def wait_for_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[
 def update_note(ctx: ToolContext, arguments: Arguments) -> Result:
     document_id = arguments["document_id"]
     expected = arguments.get("expected_version")
-    changes = {key: arguments[key] for key in ("text", "title") if key in arguments}
+    changes: dict[str, Any] = {key: arguments[key] for key in ("text", "title") if key in arguments}
     new_collection = arguments.get("collection")
     if not changes and new_collection is None:
         raise InvalidArgument("text", "give at least one of text, title or collection to change")

@@ -13,7 +13,6 @@ import math
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
 
 from kb_bridge import collections, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, UploadIncomplete

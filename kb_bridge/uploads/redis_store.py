@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -161,7 +161,7 @@ class RedisStore:
     def get(self, upload_id: str, owner: str) -> Upload:
         meta_key = self._keys(upload_id, owner)[0]
         with _redis_errors():
-            raw = self._redis.get(meta_key)
+            raw = cast("bytes | None", self._redis.get(meta_key))
         if raw is None:
             raise UploadExpired()
         return Upload.from_json(json.loads(raw))
@@ -243,7 +243,7 @@ class RedisStore:
             key, start = f"{chunk_prefix}{index}", 0
             while True:
                 with _redis_errors():
-                    piece = self._redis.getrange(key, start, start + _BLOCK - 1)
+                    piece = cast(bytes, self._redis.getrange(key, start, start + _BLOCK - 1))
                 if not piece:
                     if start == 0:
                         raise UploadExpired()
@@ -265,11 +265,11 @@ class RedisStore:
         uploads = staged = 0
         with _redis_errors():
             for key in self._redis.scan_iter(match=f"{self._prefix}:u:*:meta", count=500):
-                raw = self._redis.get(key)
+                raw = cast("bytes | None", self._redis.get(key))
                 if raw is None or json.loads(raw).get("result") is not None:
                     continue
                 uploads += 1
-                sizes = self._redis.hvals(key[: -len(b"meta")] + b"sizes")
+                sizes = cast("list[bytes]", self._redis.hvals(key[: -len(b"meta")] + b"sizes"))
                 staged += sum(int(size) for size in sizes)
         return uploads, staged
 
