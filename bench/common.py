@@ -16,7 +16,7 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until  # noqa: E402,F401
+from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until, worker_pids  # noqa: E402,F401
 
 RESULTS = REPO / "bench" / "results"
 BENCH = str(REPO / "bench")
@@ -102,8 +102,3 @@ def vm_rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def worker_pids(service: Service) -> list[int]:
-    path = Path(f"/proc/{service.process.pid}/task/{service.process.pid}/children")
-    return [int(p) for p in path.read_text().split()]

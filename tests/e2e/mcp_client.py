@@ -39,3 +39,19 @@ def modern_call(url: str, token: str | None, tool: str, arguments: dict[str, obj
     response = requests.post(url + "/mcp", json=body, headers=headers, timeout=timeout)
     response.raise_for_status()
     return dict(response.json())
+
+
+def wait_for_job(url: str, token: str | None, job_id: int, timeout: float = 180) -> dict[str, object]:
+    """Poll kb_jobs until the job is done (and fail if it failed); the job."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = modern_call(url, token, "kb_jobs", {"limit": 100})
+        jobs = reply["result"]["structuredContent"]["jobs"]  # type: ignore[index]
+        job = next((j for j in jobs if j["id"] == job_id), None)
+        if job and job["status"] in ("done", "failed"):
+            assert job["status"] == "done", job
+            return dict(job)
+        time.sleep(0.1)  # polling interval, bounded by the deadline
+    raise TimeoutError(f"job {job_id} did not finish in {timeout}s")

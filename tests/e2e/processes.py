@@ -61,6 +61,28 @@ def connections_of(pid: int, port: int) -> int:
     return count
 
 
+def child_pids(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def worker_pids(service: Service) -> list[int]:
+    """The worker processes of a gunicorn (or uvicorn) master."""
+    return child_pids(service.process.pid)
+
+
+def tool_event_pids(service: Service, tool: str) -> set[int]:
+    """The processes that logged a successful call of `tool` (from the JSON log)."""
+    import json
+
+    pids = set()
+    for line in service.log_path.read_text().splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            if entry.get("event") == "mcp_tool_success" and entry.get("tool") == tool:
+                pids.add(entry["pid"])
+    return pids
+
+
 def clean_env(overrides: Mapping[str, str]) -> dict[str, str]:
     """The test process's environment without any KB_* setting, plus `overrides`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KB_")}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -20,8 +19,8 @@ import requests
 from mcp import Client
 
 from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
-from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until
+from tests.e2e.mcp_client import connect, wait_for_job
+from tests.e2e.processes import Service, free_port, start_bridge, start_engine, tool_event_pids, wait_until
 from tests.helpers import minimal_pdf
 
 pytestmark = pytest.mark.anyio
@@ -50,18 +49,6 @@ async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str
     return dict(result.structured_content)
 
 
-async def wait_for_job(client: Client, job_id: int, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = (await call(client, "kb_jobs", {"limit": 100}))["jobs"]
-        job = next((j for j in jobs if j["id"] == job_id), None)
-        if job and job["status"] in ("done", "failed"):
-            assert job["status"] == "done", job
-            return job
-        time.sleep(0.1)
-    raise TimeoutError(f"job {job_id} did not finish")
-
-
 @pytest.mark.parametrize("era", ["legacy", "auto"])
 async def test_seed_000_against_the_real_engine(bridge: Service, engine: Service, era: str) -> None:
     marker = f"marker{era}{os.getpid()}"
@@ -72,7 +59,7 @@ async def test_seed_000_against_the_real_engine(bridge: Service, engine: Service
             "collection": "memory", "tags": ["feedback"], "source_path": f"memory/{marker}.md",
         })
         assert added["collection"] == "memory" and added["tags"] == ["feedback"]
-        job = await wait_for_job(client, added["job_id"])
+        job = wait_for_job(bridge.url, TOKEN, added["job_id"])
         document_id = job["document_id"]
         stored = engine_api(engine, f"/documents/{document_id}")
         assert [t for t in stored["tags"] if t.startswith("collection:")] == ["collection:memory"]
@@ -115,16 +102,6 @@ async def test_seed_000_against_the_real_engine(bridge: Service, engine: Service
         assert missing.is_error and missing.structured_content["error"]["code"] == "NOT_FOUND"
 
 
-def _worker_pids(bridge: Service, tool: str) -> set[int]:
-    pids = set()
-    for line in bridge.log_path.read_text().splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            if entry.get("event") == "mcp_tool_success" and entry.get("tool") == tool:
-                pids.add(entry["pid"])
-    return pids
-
-
 async def upload_in_chunks(
     bridge: Service, data: bytes, filename: str, chunk_size: int, spread: bool = False, **start: Any
 ) -> dict[str, Any]:
@@ -143,7 +120,7 @@ async def upload_in_chunks(
     for index in range((len(data) + chunk_size - 1) // chunk_size):
         await send(index)
     deadline = time.monotonic() + 60
-    while spread and len(_worker_pids(bridge, "kb_upload_chunk")) < 2 and time.monotonic() < deadline:
+    while spread and len(tool_event_pids(bridge, "kb_upload_chunk")) < 2 and time.monotonic() < deadline:
         await send(0)
     async with connect(bridge.url, TOKEN) as client:
         return await call(client, "kb_upload_finish", {"upload_id": began["upload_id"]})
@@ -154,9 +131,9 @@ async def test_upload_with_chunks_on_different_workers(bridge: Service, engine: 
     data = "\n".join(lines).encode()
     finished = await upload_in_chunks(bridge, data, "ledger.txt", 16 * 1024, spread=True, collection="documents")
     assert finished["size_bytes"] == len(data) and finished["sha256"] == hashlib.sha256(data).hexdigest()
-    assert len(_worker_pids(bridge, "kb_upload_chunk")) == 2, "chunks should have been served by both workers"
+    assert len(tool_event_pids(bridge, "kb_upload_chunk")) == 2, "chunks should have been served by both workers"
     async with connect(bridge.url, TOKEN) as client:
-        job = await wait_for_job(client, finished["job_id"])
+        job = wait_for_job(bridge.url, TOKEN, finished["job_id"])
         document = (await call(client, "kb_get", {"document_id": job["document_id"]}))["documents"][0]
     assert document["content"].strip() == data.decode().strip()
     assert document["doc_type"] == "txt" and document["source_path"] == "uploads/ledger.txt"
@@ -169,7 +146,7 @@ async def test_pdf_upload_is_found_by_meaning(bridge: Service) -> None:
     ])
     finished = await upload_in_chunks(bridge, pdf, "biology.pdf", 256, tags=["science"])
     async with connect(bridge.url, TOKEN) as client:
-        job = await wait_for_job(client, finished["job_id"])
+        job = wait_for_job(bridge.url, TOKEN, finished["job_id"])
         found = await call(client, "kb_search", {"query": "how do green plants make food from light", "mode": "vector", "top": 3})
         mode = found["mode"]
         assert mode == "vector", "the engine should run with the embedding model in these tests"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.mcp_client import connect
-from tests.e2e.processes import REPO, clean_env, free_port, http_ok, wait_until
+from tests.e2e.processes import REPO, child_pids, clean_env, free_port, http_ok, wait_until
 from tests.helpers import minimal_pdf
 
 pytestmark = pytest.mark.anyio
@@ -68,7 +68,7 @@ async def test_demo_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> N
         if demo.poll() is None:
             # The engine and the bridge run in sessions of their own: stop them through the demo
             # (SIGINT), and only if that fails kill them directly.
-            children = Path(f"/proc/{demo.pid}/task/{demo.pid}/children").read_text().split()
+            children = child_pids(demo.pid)
             demo.send_signal(signal.SIGINT)
             try:
                 demo.wait(60)

@@ -19,7 +19,7 @@ import requests
 
 from tests.e2e.faultproxy import Fault, FaultProxy
 from tests.e2e.mcp_client import modern_call
-from tests.e2e.processes import Service, connections_of, free_port, start_bridge, start_engine, wait_until
+from tests.e2e.processes import Service, connections_of, free_port, start_bridge, start_engine, wait_until, worker_pids
 from tests.e2e.standin import StandInEngine
 
 TOKEN = "agent-token-faults-0123456789abcdef"
@@ -202,7 +202,7 @@ def test_a_worker_killed_during_calls_leaves_the_others_unaffected(tmp_path: Pat
         bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN}, workers=2)
         port = int(bridge.url.rsplit(":", 1)[1])
         try:
-            pids = sorted(int(p) for p in Path(f"/proc/{bridge.process.pid}/task/{bridge.process.pid}/children").read_text().split())
+            pids = sorted(worker_pids(bridge))
             with ThreadPoolExecutor(24) as pool:
                 futures = [pool.submit(_call_or_error, bridge.url) for _ in range(24)]
                 wait_until(lambda: engine.in_flight >= 16, 30, what="calls in flight")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.abuse import open_and_call, slowloris
 from tests.e2e.mcp_client import modern_call
-from tests.e2e.processes import Service, connections_of, start_bridge, wait_until
+from tests.e2e.processes import Service, connections_of, start_bridge, wait_until, worker_pids
 from tests.e2e.standin import StandInEngine
 
 TOKEN = "agent-token-load-0123456789abcdef"
@@ -27,7 +27,7 @@ def slow_engine() -> Iterator[StandInEngine]:
 
 
 def worker_rss_kib(bridge: Service) -> dict[int, int]:
-    pids = Path(f"/proc/{bridge.process.pid}/task/{bridge.process.pid}/children").read_text().split()
+    pids = worker_pids(bridge)
     rss = {}
     for pid in pids:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

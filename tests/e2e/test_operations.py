@@ -13,7 +13,7 @@ import requests
 
 from tests.e2e.conftest import ENGINE_KEY
 from tests.e2e.mcp_client import connect, modern_call
-from tests.e2e.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
+from tests.e2e.processes import REPO, Service, clean_env, free_port, start_bridge, tool_event_pids, wait_until
 from tests.e2e.standin import StandInEngine
 
 TOKEN = "agent-token-ops-0123456789abcdef"
@@ -28,18 +28,6 @@ def tool_calls(metrics_text: str, tool: str, outcome: str) -> float:
     return total
 
 
-def worker_pids(service: Service, tool: str) -> set[int]:
-    import json
-
-    pids = set()
-    for line in service.log_path.read_text().splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            if entry.get("event") == "mcp_tool_success" and entry.get("tool") == tool:
-                pids.add(entry["pid"])
-    return pids
-
-
 @pytest.mark.anyio
 async def test_metrics_count_calls_correctly_across_two_workers(tmp_path: Path) -> None:
     with StandInEngine() as engine:
@@ -48,11 +36,11 @@ async def test_metrics_count_calls_correctly_across_two_workers(tmp_path: Path) 
         try:
             calls = 0
             deadline = time.monotonic() + 60
-            while (calls < 12 or len(worker_pids(bridge, "kb_status")) < 2) and time.monotonic() < deadline:
+            while (calls < 12 or len(tool_event_pids(bridge, "kb_status")) < 2) and time.monotonic() < deadline:
                 async with connect(bridge.url, TOKEN) as client:  # a fresh connection each time
                     assert not (await client.call_tool("kb_status", {})).is_error
                 calls += 1
-            assert len(worker_pids(bridge, "kb_status")) == 2
+            assert len(tool_event_pids(bridge, "kb_status")) == 2
             async with connect(bridge.url, TOKEN) as client:
                 assert (await client.call_tool("kb_search", {"query": "x", "top": 0})).is_error
             refused = requests.get(bridge.url + "/metrics", timeout=5)

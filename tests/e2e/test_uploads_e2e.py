@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import signal
 import time
@@ -17,8 +16,8 @@ import pytest
 import requests
 
 from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
-from tests.e2e.processes import Service, start_bridge, wait_until
+from tests.e2e.mcp_client import connect, wait_for_job
+from tests.e2e.processes import Service, start_bridge, tool_event_pids, wait_until, worker_pids
 from tests.helpers import minimal_pdf
 
 pytestmark = pytest.mark.anyio
@@ -39,32 +38,10 @@ async def tool(url: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]
     return dict(result.structured_content)
 
 
-def worker_pids(service: Service, tool_name: str) -> set[int]:
-    pids = set()
-    for line in service.log_path.read_text().splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            if entry.get("event") == "mcp_tool_success" and entry.get("tool") == tool_name:
-                pids.add(entry["pid"])
-    return pids
-
-
 def engine_document(engine: Service, document_id: int) -> dict[str, Any]:
     response = requests.get(f"{engine.url}/api/v1/documents/{document_id}", headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=30)
     response.raise_for_status()
     return dict(response.json())
-
-
-async def wait_done(url: str, job_id: int, timeout: float = 180) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = (await tool(url, "kb_jobs", {"limit": 100}))["jobs"]
-        job = next((j for j in jobs if j["id"] == job_id), None)
-        if job and job["status"] in ("done", "failed"):
-            assert job["status"] == "done", job
-            return job
-        time.sleep(0.2)
-    raise TimeoutError(f"job {job_id}")
 
 
 def chunks_of(data: bytes, size: int = CHUNK) -> Iterator[tuple[int, str]]:
@@ -87,14 +64,14 @@ async def test_31_four_workers_share_one_upload(engine: Service, tmp_path: Path)
         for index, data in reversed(pieces):  # out of order, each on a fresh connection
             await tool(bridge.url, "kb_upload_chunk", {"upload_id": start["upload_id"], "chunk_index": index, "data": data})
         deadline = time.monotonic() + 60
-        while len(worker_pids(bridge, "kb_upload_chunk")) < 3 and time.monotonic() < deadline:
+        while len(tool_event_pids(bridge, "kb_upload_chunk")) < 3 and time.monotonic() < deadline:
             await tool(bridge.url, "kb_upload_chunk", {"upload_id": start["upload_id"], "chunk_index": 0, "data": pieces[0][1]})
         status = await tool(bridge.url, "kb_upload_status", {"upload_id": start["upload_id"]})
         finished = await tool(bridge.url, "kb_upload_finish", {"upload_id": start["upload_id"]})
-        job = await wait_done(bridge.url, finished["job_id"])
+        job = wait_for_job(bridge.url, TOKEN, finished["job_id"])
     finally:
         bridge.stop()
-    assert len(worker_pids(bridge, "kb_upload_chunk")) >= 3
+    assert len(tool_event_pids(bridge, "kb_upload_chunk")) >= 3
     assert status["missing"] == [] and status["received_bytes"] == len(text)
     stored = engine_document(engine, job["document_id"])
     assert stored["sha256"] == hashlib.sha256(text).hexdigest() and stored["size_bytes"] == len(text)
@@ -115,7 +92,7 @@ async def test_31_two_bridges_share_uploads_through_redis(engine: Service, redis
         seen_by_first = await tool(first.url, "kb_upload_status", {"upload_id": start["upload_id"]})
         finished = await tool(second.url, "kb_upload_finish", {"upload_id": start["upload_id"]})
         again = await tool(first.url, "kb_upload_finish", {"upload_id": start["upload_id"]})
-        job = await wait_done(second.url, finished["job_id"])
+        job = wait_for_job(second.url, TOKEN, finished["job_id"])
     finally:
         first.stop()
         second.stop()
@@ -145,21 +122,21 @@ async def test_32_workers_killed_mid_upload_never_corrupt_it(engine: Service, tm
                 "params": {"name": "kb_upload_chunk", "arguments": {"upload_id": upload_id, "chunk_index": 3, "data": pieces[3][1]}, "_meta": meta}}
         sender = threading.Thread(target=lambda: _swallow(lambda: requests.post(bridge.url + "/mcp", json=body, headers=headers, timeout=30)))
         sender.start()
-        before = _worker_pids_of(bridge)
+        before = set(worker_pids(bridge))
         for pid in before:
             os.kill(pid, signal.SIGKILL)
         sender.join(30)
         # A half-written temporary file, as a writer killed at the worst moment leaves behind.
         upload_dir = next((tmp_path / "uploads").glob(f"*/{upload_id}"))
         (upload_dir / ".tmp-deadbeefdeadbeef").write_bytes(b"partial")
-        wait_until(lambda: len(_worker_pids_of(bridge) - before) == 2, 60, what="gunicorn to replace the killed workers")
+        wait_until(lambda: len(set(worker_pids(bridge)) - before) == 2, 60, what="gunicorn to replace the killed workers")
         status = await tool(bridge.url, "kb_upload_status", {"upload_id": upload_id})
         assert set(status["received_chunks"]) in ({0, 1, 2}, {0, 1, 2, 3})  # never a partial chunk
         for index, data in pieces:
             if index not in status["received_chunks"]:
                 await tool(bridge.url, "kb_upload_chunk", {"upload_id": upload_id, "chunk_index": index, "data": data})
         finished = await tool(bridge.url, "kb_upload_finish", {"upload_id": upload_id})
-        job = await wait_done(bridge.url, finished["job_id"])
+        job = wait_for_job(bridge.url, TOKEN, finished["job_id"])
     finally:
         bridge.stop()
     assert finished["sha256"] == hashlib.sha256(pdf).hexdigest()
@@ -176,18 +153,13 @@ async def test_a_50_mib_file_reaches_the_engine_byte_exact(engine: Service, tmp_
         for index, data in chunks_of(pdf):
             await tool(bridge.url, "kb_upload_chunk", {"upload_id": start["upload_id"], "chunk_index": index, "data": data})
         finished = await tool(bridge.url, "kb_upload_finish", {"upload_id": start["upload_id"]})
-        job = await wait_done(bridge.url, finished["job_id"])
+        job = wait_for_job(bridge.url, TOKEN, finished["job_id"])
     finally:
         bridge.stop()
     stored = engine_document(engine, job["document_id"])
     assert finished["sha256"] == digest and finished["size_bytes"] == len(pdf)
     assert stored["sha256"] == digest and stored["size_bytes"] == len(pdf)
     assert stored["doc_type"] == "pdf" and "byte-exact" in stored["content"]
-
-
-def _worker_pids_of(service: Service) -> set[int]:
-    children = Path(f"/proc/{service.process.pid}/task/{service.process.pid}/children")
-    return {int(pid) for pid in children.read_text().split()}
 
 
 def _swallow(fn: Any) -> None:
