@@ -27,11 +27,13 @@ if _settings.mcp.metrics and not os.environ.get(MULTIPROC_ENV):
 # Loopback unless KB_BIND says otherwise (no auth configured is warned about at start-up).
 bind = [_settings.server.bind]
 workers = _settings.server.workers
-# gunicorn's native ASGI worker: the MCP transport is async, tool handlers run on each worker's
-# bounded thread pool (KB_THREAD_POOL_SIZE). Measured faster than sync/gthread + an adapter.
-worker_class = "asgi"
-# Run the app's lifespan (MCP session manager, thread pool, upload sweeper) and fail loudly
-# if it cannot start.
+# An ASGI worker: the MCP transport is async, tool handlers run on each worker's bounded thread
+# pool (KB_THREAD_POOL_SIZE). By default uvicorn's worker (faster, see kb_bridge/gunicorn_worker.py);
+# KB_WORKER_CLASS=asgi selects gunicorn's own. Both beat sync/gthread workers with an adapter.
+worker_class = (
+    "kb_bridge.gunicorn_worker.BridgeUvicornWorker" if _settings.server.worker_class == "uvicorn" else "asgi"
+)
+# (gunicorn's own worker) run the app's lifespan and fail loudly if it cannot start.
 asgi_lifespan = "on"
 # Longer than the worst case of one engine call with every retry, so gunicorn never kills a
 # worker that is only waiting for a slow engine (reliability checklist 38).

@@ -141,6 +141,8 @@ class ServerSettings:
     log_level: str = "INFO"
     log_json: bool = True
     graceful_timeout: float = 30.0
+    # "uvicorn" (uvicorn's worker under gunicorn: httptools + uvloop) or "asgi" (gunicorn's own).
+    worker_class: str = "uvicorn"
     # Idle keep-alive connections hold a worker's graceful shutdown open (gunicorn waits for
     # every connection), so keep this short unless a load balancer in front needs it longer.
     keepalive: int = 5
@@ -236,6 +238,13 @@ def _parse_response_mode(value: str) -> str:
     if mode not in ("auto", "json", "sse"):
         raise ValueError("expected auto, json or sse")
     return mode
+
+
+def _parse_worker_class(value: str) -> str:
+    kind = value.lower()
+    if kind not in ("uvicorn", "asgi"):
+        raise ValueError("expected uvicorn or asgi")
+    return kind
 
 
 def _parse_log_level(value: str) -> str:
@@ -335,6 +344,7 @@ def _load_server(env: _Env) -> ServerSettings:
         log_json=env.flag("KB_LOG_JSON", d.log_json),
         graceful_timeout=env.number("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
         keepalive=env.integer("KB_KEEPALIVE", d.keepalive, low=0, high=3600),
+        worker_class=env.get("KB_WORKER_CLASS", d.worker_class, _parse_worker_class),
     )
 
 

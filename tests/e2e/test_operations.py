@@ -116,3 +116,17 @@ def test_check_fails_on_an_old_engine(tmp_path: Path) -> None:
 def test_check_reports_a_bad_setting_by_name() -> None:
     done = run_check({"KB_ENGINE_TIMEOUT": "soon"})
     assert done.returncode == 2 and "KB_ENGINE_TIMEOUT" in done.stderr
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("worker_class", ["uvicorn", "asgi"])
+async def test_both_worker_classes_serve_and_stop_cleanly(tmp_path: Path, worker_class: str) -> None:
+    with StandInEngine() as engine:
+        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_WORKER_CLASS": worker_class}, workers=1)
+        try:
+            async with connect(bridge.url, TOKEN) as client:
+                result = await client.call_tool("kb_search", {"query": "worker"})
+        finally:
+            code = bridge.stop()
+    assert not result.is_error and result.structured_content["query"] == "worker"
+    assert code == 0
