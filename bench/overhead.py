@@ -134,12 +134,19 @@ def main() -> None:
             env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": TOKEN}
             bridge = start_bridge(tmp, env, workers=2, app="bench_apps:bridge_app()", pythonpath=BENCH)
             services.append(bridge)
+            # The same bridge without its per-request logging and metrics: what they cost, and a
+            # like-for-like comparison with the reference, which has neither.
+            (tmp / "lean").mkdir()
+            lean = start_bridge(tmp / "lean", {**env, "KB_LOG_LEVEL": "WARNING", "KB_METRICS": "false"}, workers=2,
+                                app="bench_apps:bridge_app()", pythonpath=BENCH)
+            services.append(lean)
             reference = start_reference(tmp, engine.url)
             services.append(reference)
             direct = requests.Session()
             direct.headers["Authorization"] = f"Bearer {ENGINE_KEY}"
             clients = {
                 "bridge": McpHttp(bridge.url, TOKEN), "bridge-legacy": LegacyMcpHttp(bridge.url, TOKEN),
+                "bridge-lean": McpHttp(lean.url, TOKEN),
                 "reference": McpHttp(reference.url, TOKEN), "reference-legacy": LegacyMcpHttp(reference.url, TOKEN),
             }
             search = {"fts_only": True, "top": 10}
@@ -179,6 +186,9 @@ def report(samples: dict[str, list[float]], args: argparse.Namespace) -> None:
         reference_over = stats[f"kb_search reference{era}"]["p50"] - base
         ratios[f"search overhead ratio{era or ' (2026-07-28)'}"] = round(bridge_over / reference_over, 3)
         ratios[f"echo p50 ratio{era or ' (2026-07-28)'}"] = round(stats[f"kb_echo bridge{era}"]["p50"] / stats[f"kb_echo reference{era}"]["p50"], 3)
+    lean_over = stats["kb_search bridge-lean"]["p50"] - base
+    ratios["search overhead ratio, logs and metrics off (2026-07-28)"] = round(lean_over / (stats["kb_search reference"]["p50"] - base), 3)
+    ratios["echo p50 ratio, logs and metrics off (2026-07-28)"] = round(stats["kb_echo bridge-lean"]["p50"] / stats["kb_echo reference"]["p50"], 3)
     print()
     for name, value in ratios.items():
         print(f"{name:<40} {value:>6}  (kb-bridge / MCPServer; ≤ 1.0 means kb-bridge costs less)")

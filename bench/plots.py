@@ -26,8 +26,9 @@ def latency_plot(overhead: dict[str, Any]) -> Path:
     import matplotlib.pyplot as plt
 
     samples = overhead["samples_ms"]
-    order = ["engine direct", "kb_search bridge", "kb_search reference", "kb_search bridge-legacy", "kb_search reference-legacy",
-             "kb_echo bridge", "kb_echo reference", "kb_echo bridge-legacy", "kb_echo reference-legacy"]
+    order = ["engine direct", "kb_search bridge", "kb_search bridge-lean", "kb_search reference", "kb_search bridge-legacy",
+             "kb_search reference-legacy", "kb_echo bridge", "kb_echo bridge-lean", "kb_echo reference", "kb_echo bridge-legacy",
+             "kb_echo reference-legacy"]
     names = [n for n in order if n in samples]
     fig, ax = plt.subplots(figsize=(10, 4.8))
     ax.boxplot([samples[n] for n in names], vert=False, showfliers=False, whis=(5, 99))
