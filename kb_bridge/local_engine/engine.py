@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING
 
 from . import jobs, migrations
-from .chunking import ChunkingPolicy
+from .chunking import EMBEDDING_INPUT, ChunkingPolicy
 from .clock import seconds_ago_iso
 from .config import EngineConfig
 from .datadir import lock_data_dir
@@ -95,10 +95,10 @@ class Engine:
         return ["hybrid", "fts", "vector"] if self.vector_search_ready() else ["fts"]
 
     def _prepare_vectors(self, embedder: Embedder) -> None:
-        """Load stored vectors into memory; drop them first if another model made them."""
+        """Load stored vectors into memory; drop them first if another model, or another kind of input, made them."""
         from .vectors import load_index
 
-        identity = f"{embedder.name}/{embedder.dim}"
+        identity = f"{embedder.name}/{embedder.dim}/{EMBEDDING_INPUT}"
         with self.write_lock:
             with self.db.write() as conn:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()

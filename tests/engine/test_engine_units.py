@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kb_bridge.local_engine import cli, parsers
-from kb_bridge.local_engine.chunking import ChunkingPolicy, chunk_text
+from kb_bridge.local_engine.chunking import ChunkingPolicy, chunk_text, embedding_input
 from kb_bridge.local_engine.config import EngineConfig, load_config
 from kb_bridge.local_engine.errors import ConfigError
 from kb_bridge.local_engine.vectors import VectorIndex
@@ -59,6 +59,18 @@ def test_headings_inside_code_fences_are_not_headings() -> None:
 def test_small_markdown_sections_are_packed_together() -> None:
     text = "# A\n\none\n\n# B\n\ntwo\n\n# C\n\nthree"
     assert chunk_text(text, "note", POLICY) == [text]
+
+
+def test_the_model_reads_each_chunk_with_its_title() -> None:
+    assert embedding_input("Parental leave", "Up to 26 weeks.") == "Parental leave\n\nUp to 26 weeks."
+    assert embedding_input("  Parental \n leave ", "x") == "Parental leave\n\nx"
+    assert embedding_input("", "Up to 26 weeks.") == "Up to 26 weeks."
+    # A note titled by its first line (derived titles end in an ellipsis when cut) is not titled twice.
+    assert embedding_input("# Release runbook", "# Release runbook\n\nTag it.") == "# Release runbook\n\nTag it."
+    assert embedding_input("Release runbook", "# Release runbook\n\nTag it.") == "# Release runbook\n\nTag it."
+    assert embedding_input("A very long first line…", "A very long first line that goes on") == (
+        "A very long first line that goes on")
+    assert embedding_input("t" * 500, "x") == "t" * 200 + "\n\nx"
 
 
 def test_html_text_skips_scripts_and_marks_headings(tmp_path: Path) -> None:
