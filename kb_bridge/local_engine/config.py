@@ -16,6 +16,7 @@ from .errors import ConfigError
 
 MiB = 1024 * 1024
 EMBEDDER_CHOICES = ("auto", "minilm", "none")
+FUSION_CHOICES = ("convex", "rrf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,9 @@ class EngineConfig:
     chunk_chars: int = 1000
     chunk_overlap: int = 150
     embed_batch_size: int = 32
-    # Hybrid fusion: reciprocal rank fusion 1/(k + rank), summed over signals with these weights.
+    # Hybrid fusion (fusion.py): "convex" sums cosine and BM25-share-of-its-ceiling with these weights;
+    # "rrf" sums weight / (rrf_k + rank). Chosen and tuned on SciFact's train claims (docs/benchmarks.md).
+    fusion: str = "convex"
     rrf_k: int = 60
     candidates: int = 100
     fts_weight: float = 1.0
@@ -116,8 +119,9 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
     for field, var in _BOOL_VARS:
         if env.get(var):
             values[field] = _bool(env[var], var)
-    if env.get("KB_ENGINE_EMBEDDER"):
-        values["embedder"] = env["KB_ENGINE_EMBEDDER"].strip().lower()
+    for field, var in _CHOICE_VARS:
+        if env.get(var):
+            values[field] = env[var].strip().lower()
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
@@ -133,6 +137,10 @@ def validate(config: EngineConfig) -> None:
     """Cross-field rules, checked once at load."""
     if config.embedder not in EMBEDDER_CHOICES:
         raise ConfigError(f"KB_ENGINE_EMBEDDER must be one of {', '.join(EMBEDDER_CHOICES)}, got {config.embedder!r}")
+    if config.fusion not in FUSION_CHOICES:
+        raise ConfigError(f"KB_ENGINE_FUSION must be one of {', '.join(FUSION_CHOICES)}, got {config.fusion!r}")
+    if config.fusion == "convex" and config.fts_weight + config.vector_weight <= 0:
+        raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
         raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
     if config.chunk_overlap >= config.chunk_chars // 2:
@@ -154,6 +162,10 @@ _FLOAT_VARS = (
     ("vector_weight", "KB_ENGINE_VECTOR_WEIGHT"),
     ("bm25_title_weight", "KB_ENGINE_BM25_TITLE_WEIGHT"),
     ("bm25_text_weight", "KB_ENGINE_BM25_TEXT_WEIGHT"),
+)
+_CHOICE_VARS = (
+    ("embedder", "KB_ENGINE_EMBEDDER"),
+    ("fusion", "KB_ENGINE_FUSION"),
 )
 _BOOL_VARS = (
     ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),

@@ -9,7 +9,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine import fts
-from kb_bridge.local_engine.search import fuse
+from kb_bridge.local_engine.fusion import reciprocal_rank
 
 from .helpers import API, Sample, add_note, error_code, upload, wait_job
 
@@ -110,10 +110,10 @@ def test_related_without_vectors_is_409(client: FlaskClient) -> None:
 
 
 def test_fuse_is_reciprocal_rank_fusion() -> None:
-    fused = fuse([([(1, 9.0), (2, 5.0)], 1.0), ([(2, 0.9), (3, 0.8)], 1.0)], k=60)
+    fused = reciprocal_rank([([(1, 9.0), (2, 5.0)], 1.0), ([(2, 0.9), (3, 0.8)], 1.0)], k=60)
     assert [chunk_id for chunk_id, _ in fused] == [2, 1, 3]
     assert fused[0][1] == pytest.approx(1 / 62 + 1 / 61)
-    weighted = fuse([([(1, 9.0)], 1.0), ([(3, 0.8)], 2.0)], k=60)
+    weighted = reciprocal_rank([([(1, 9.0)], 1.0), ([(3, 0.8)], 2.0)], k=60)
     assert [chunk_id for chunk_id, _ in weighted] == [3, 1]
 
 
