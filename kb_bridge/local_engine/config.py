@@ -17,6 +17,7 @@ from .errors import ConfigError
 MiB = 1024 * 1024
 EMBEDDER_CHOICES = ("auto", "minilm", "none")
 FUSION_CHOICES = ("convex", "rrf")
+PRECISION_CHOICES = ("auto", "float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,11 @@ class EngineConfig:
     embedder: str = "auto"
     # Load the model before serving (True) or in the background while full-text search already works.
     wait_for_model: bool = False
+    # How queries are embedded (query_model.py): "auto" takes bfloat16 where this CPU runs it faster with
+    # the same vectors (cosine >= 0.9999), else float32; one torch thread, which kept vector search p95 near
+    # 20-30 ms on 2 busy cores where two threads gave 90-540 ms (docs/benchmarks.md).
+    query_precision: str = "auto"
+    query_threads: int = 1
     max_upload_bytes: int = 600 * MiB
     max_json_bytes: int = 32 * MiB
     chunk_chars: int = 1000
@@ -139,6 +145,9 @@ def validate(config: EngineConfig) -> None:
         raise ConfigError(f"KB_ENGINE_EMBEDDER must be one of {', '.join(EMBEDDER_CHOICES)}, got {config.embedder!r}")
     if config.fusion not in FUSION_CHOICES:
         raise ConfigError(f"KB_ENGINE_FUSION must be one of {', '.join(FUSION_CHOICES)}, got {config.fusion!r}")
+    if config.query_precision not in PRECISION_CHOICES:
+        raise ConfigError(f"KB_ENGINE_QUERY_PRECISION must be one of {', '.join(PRECISION_CHOICES)}, "
+                          f"got {config.query_precision!r}")
     if config.fusion == "convex" and config.fts_weight + config.vector_weight <= 0:
         raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
@@ -154,6 +163,7 @@ _INT_VARS = (
     ("chunk_chars", "KB_ENGINE_CHUNK_CHARS", 200, 100_000),
     ("chunk_overlap", "KB_ENGINE_CHUNK_OVERLAP", 0, 50_000),
     ("embed_batch_size", "KB_ENGINE_EMBED_BATCH", 1, 4096),
+    ("query_threads", "KB_ENGINE_QUERY_THREADS", 1, 256),
     ("rrf_k", "KB_ENGINE_RRF_K", 0, 100_000),
     ("candidates", "KB_ENGINE_CANDIDATES", 1, 10_000),
 )
@@ -166,6 +176,7 @@ _FLOAT_VARS = (
 _CHOICE_VARS = (
     ("embedder", "KB_ENGINE_EMBEDDER"),
     ("fusion", "KB_ENGINE_FUSION"),
+    ("query_precision", "KB_ENGINE_QUERY_PRECISION"),
 )
 _BOOL_VARS = (
     ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),

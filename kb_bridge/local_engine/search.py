@@ -42,7 +42,7 @@ def search(engine: Engine, request: SearchRequest) -> dict[str, object]:
     if mode != "fts":
         embedder = engine.embedders.current()
         assert embedder is not None  # vector_search_ready() said so
-        query_vector = engine.query_executor.submit(embedder.embed_query, request.query)
+        query_vector = embedder.submit_query(request.query)  # on the query thread, while BM25 runs here
     conn = engine.db.connection()
     with engine.db.snapshot():
         ranked = _rank(engine, conn, request, mode, query_vector)[: request.top_n]

@@ -145,6 +145,8 @@ def test_config_from_environment(tmp_path: Path) -> None:
     ({"KB_ENGINE_WAIT_FOR_MODEL": "maybe"}, "KB_ENGINE_WAIT_FOR_MODEL"),
     ({"KB_ENGINE_CHUNK_OVERLAP": "900"}, "KB_ENGINE_CHUNK_OVERLAP"),
     ({"KB_ENGINE_FUSION": "max"}, "KB_ENGINE_FUSION"),
+    ({"KB_ENGINE_QUERY_PRECISION": "int8"}, "KB_ENGINE_QUERY_PRECISION"),
+    ({"KB_ENGINE_QUERY_THREADS": "0"}, "KB_ENGINE_QUERY_THREADS"),
     ({"KB_ENGINE_FTS_WEIGHT": "0", "KB_ENGINE_VECTOR_WEIGHT": "0"}, "KB_ENGINE_FTS_WEIGHT"),
 ])
 def test_config_errors_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:
