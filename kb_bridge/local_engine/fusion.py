@@ -14,9 +14,10 @@ Two methods (KB_ENGINE_FUSION):
 Why convex: rank fusion throws away how strong a match is. In a small knowledge base the one chunk that
 shares a single common word with the query is BM25's first, and RRF ranks it above the chunk the model finds
 twice as similar. With absolute scores a weak lexical match stays weak, and a strong one (an exact
-identifier, a rare name) still wins over a vaguely similar text. It also ranked better on SciFact (train
-claims, same ingested corpus): nDCG@10 0.753 for convex (weights 1:1) against 0.738 for the best RRF
-(k = 5) and 0.728 for RRF with k = 60 (docs/benchmarks.md).
+identifier, a rare name) still wins over a vaguely similar text. It also ranked better on SciFact (809 train
+claims, the same ingested corpus, bench/fusion_sweep.py): nDCG@10 0.749 for convex with weights 1:1, against
+0.736 for RRF with k = 5 (0.738 at k = 1) and 0.727 at the textbook k = 60. Both signals alone: BM25 0.704,
+vectors 0.680. Vector shares from 0.4 to 0.55 all gave 0.744-0.749: the optimum is broad.
 """
 
 from __future__ import annotations

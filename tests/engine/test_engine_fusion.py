@@ -113,7 +113,7 @@ def test_each_signal_alone_fails_on_one_query_and_hybrid_gets_both(
     assert top_note(client, names, query, "hybrid") == expected
 
 
-def test_rank_fusion_with_k_60_lets_the_weak_lexical_match_win(
+def test_rank_fusion_lets_the_weak_lexical_match_win(
     corpus_client: Callable[[str], tuple[FlaskClient, dict[int, str]]],
 ) -> None:
     # Why the default is not RRF: the corpus above is one where RRF fails (and the test above would).
