@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -30,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import REPO, EngineApi, load_beir, machine, percentile, progress, start_engine, write_result
+from common import REPO, EngineApi, load_beir, percentile, progress, start_engine, write_result
 
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "scifact"
 MODES = ("fts", "vector", "hybrid")
@@ -157,7 +158,7 @@ def run_mode(api: EngineApi, queries: Mapping[str, str], mode: str) -> tuple[dic
                "server_p50_ms": round(percentile(server_ms, 0.5), 2),
                "server_p95_ms": round(percentile(server_ms, 0.95), 2),
                "documents_ranked": round(statistics.fmean(len(docs) for docs in runs.values()), 1),
-               "load_average_1m": round(__import__("os").getloadavg()[0], 2)}
+               "load_average_1m": round(os.getloadavg()[0], 2)}
     return runs, latency
 
 
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "corpus": str(args.corpus), "split": args.split, "queries": len(queries), "engine_env": env,
         "documents": status["documents"]["total"], "chunks": status["chunks"],
         "ingestion_seconds": None if math.isnan(ingestion_seconds) else round(ingestion_seconds, 1),
-        "modes": rows, "machine_after": machine(),
+        "modes": rows,
     })
     print(f"results written to {path}")
     if args.plot:

@@ -35,8 +35,8 @@ class EngineConfig:
     # Load the model before serving (True) or in the background while full-text search already works.
     wait_for_model: bool = False
     # How queries are embedded (query_model.py): "auto" takes bfloat16 where this CPU runs it faster with
-    # the same vectors (cosine >= 0.9999), else float32; one torch thread, which kept vector search p95 near
-    # 20-30 ms on 2 busy cores where two threads gave 90-540 ms (docs/benchmarks.md).
+    # the same vectors (cosine >= 0.9999), else float32; one torch thread: on 2 busy cores vector search
+    # p95 was 20-37 ms with one, 90-536 ms with two (docs/benchmarks.md).
     query_precision: str = "auto"
     query_threads: int = 1
     max_upload_bytes: int = 600 * MiB

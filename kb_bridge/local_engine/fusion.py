@@ -35,7 +35,7 @@ class Fusion:
     method: str = "convex"
     fts_weight: float = 1.0
     vector_weight: float = 1.0
-    rrf_k: int = 60
+    rrf_k: int = 5
 
     def fuse(
         self, lexical: Ranking, ceiling: float, semantic: Ranking,
