@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-API_VERSION = "3.1.0"
+API_VERSION = "3.2.0"
 WORKER_STOP_SECONDS = 20.0
 
 
