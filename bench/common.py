@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sqlite3
 import statistics
 import sys
 import time
@@ -29,7 +30,48 @@ MODERN_META = META = {
 
 
 def machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    """What the figures were measured on, with the load average: the machine may be shared."""
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "sqlite": sqlite3.sqlite_version,
+            "load_average": [round(load, 2) for load in os.getloadavg()]}
+
+
+class EngineApi:
+    """The local engine's HTTP API on one keep-alive session, so that latency measures the engine."""
+
+    def __init__(self, url: str) -> None:
+        self.base = url.rstrip("/") + "/api/v1"
+        self.http = requests.Session()
+
+    def get(self, path: str) -> dict[str, Any]:
+        response = self.http.get(self.base + path, timeout=60)
+        response.raise_for_status()
+        return dict(response.json())
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(self.base + path, json=body, timeout=60)
+        response.raise_for_status()
+        return dict(response.json())
+
+
+def load_beir(directory: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """A BEIR directory's corpus (`_id`, `title`, `text` per document) and queries (id to text)."""
+    corpus_path, queries_path = directory / "corpus.jsonl", directory / "queries.jsonl"
+    if not corpus_path.is_file():
+        raise SystemExit(f"no corpus at {corpus_path}; pass --corpus DIR (BEIR format)")
+    with open(corpus_path, encoding="utf-8") as handle:
+        corpus = [json.loads(line) for line in handle]
+    with open(queries_path, encoding="utf-8") as handle:
+        queries = {str(row["_id"]): str(row["text"]) for row in map(json.loads, handle)}
+    return corpus, queries
 
 
 class McpHttp:

@@ -6,9 +6,9 @@ queries in each search mode, one at a time, measuring the client-side round trip
 
 Corpus: SciFact (BEIR) abstracts and claims from ../shared/data/scifact when present (--corpus), each
 abstract one note. SciFact yields about 10.6k chunks, and embedding 100k distinct chunks on a 2-core CPU
-takes over an hour, so the tiers beyond the corpus re-ingest it under new titles and source paths:
-the chunk texts repeat, and the engine reuses the stored vector of a chunk whose exact text it has
-already embedded. Up to 10k every chunk is embedded for real; the 100k tier's ingestion figure is
+takes over an hour, so the tiers beyond the corpus re-ingest it under new source paths (same titles):
+the chunk texts repeat, and the engine reuses the stored vector of a chunk whose exact title and text it
+has already embedded. Up to 10k every chunk is embedded for real; the 100k tier's ingestion figure is
 therefore "chunks/s with vectors reused" and is reported as such. Its search figures are real: the FTS
 index and the vector matrix hold 100k rows.
 
@@ -22,20 +22,16 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import requests
+from common import (REPO, EngineApi, Service, load_beir, machine, percentile, start_engine, vm_rss_kib,
+                    worker_pids)
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "scifact"
 MODES = ("fts", "hybrid", "vector")
 
@@ -53,91 +49,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-# --- the engine process ---------------------------------------------------------------------------
-
-
-class Engine:
-    def __init__(self, data_dir: Path, log_path: Path, embeddings: bool, threads: int) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}/api/v1"
-        env = {**os.environ, "KB_ENGINE_EMBEDDER": "minilm" if embeddings else "none"}
-        env.pop("KB_API_KEY", None)
-        self.log = open(log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "kb_bridge.local_engine", "--data", str(data_dir), "--bind",
-             f"127.0.0.1:{self.port}", "--threads", str(threads), "--wait-for-model", "--log-level", "warning"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        self.http = requests.Session()
-
-    def wait_ready(self, deadline_seconds: float = 300) -> dict[str, Any]:
-        end = time.monotonic() + deadline_seconds
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                raise SystemExit(f"the engine exited with {self.process.returncode}; see {self.log.name}")
-            try:
-                return self.get("/status")
-            except requests.ConnectionError:
-                time.sleep(0.2)
-        raise SystemExit("the engine did not become ready in time")
-
-    def get(self, path: str) -> dict[str, Any]:
-        response = self.http.get(self.base + path, timeout=60)
-        response.raise_for_status()
-        return response.json()
-
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(self.base + path, json=body, timeout=60)
-        response.raise_for_status()
-        return response.json()
-
-    def rss_mib(self) -> float:
-        """Resident memory of the engine's processes (gunicorn master and worker)."""
-        total = 0
-        for pid in [self.process.pid, *_children(self.process.pid)]:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-            except OSError:
-                pass
-        return total / 1024
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self.log.close()
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+def engine_rss_mib(engine: Service) -> float:
+    """Resident memory of the engine's processes (gunicorn master and worker)."""
+    return sum(vm_rss_kib(pid) for pid in [engine.process.pid, *worker_pids(engine)]) / 1024
 
 
 # --- corpus -----------------------------------------------------------------------------------------
 
 
-def load_corpus(directory: Path) -> tuple[list[dict[str, str]], list[str]]:
-    corpus_path, queries_path = directory / "corpus.jsonl", directory / "queries.jsonl"
-    if not corpus_path.is_file():
-        raise SystemExit(f"no corpus at {corpus_path}; pass --corpus DIR (BEIR format)")
-    with open(corpus_path, encoding="utf-8") as handle:
-        documents = [json.loads(line) for line in handle]
-    with open(queries_path, encoding="utf-8") as handle:
-        queries = [json.loads(line)["text"] for line in handle]
-    return documents, queries
-
-
 class NoteSource:
-    """The corpus as notes, then again and again under new titles and source paths (`round` > 0)."""
+    """The corpus as notes, then again and again under new source paths (`round` > 0).
+
+    The titles stay the same: the model reads a chunk with its title, so a vector is reused only for the
+    same title and text.
+    """
 
     def __init__(self, corpus: list[dict[str, str]]) -> None:
         self.corpus = corpus
@@ -151,15 +76,14 @@ class NoteSource:
         document = self.corpus[self.position % len(self.corpus)]
         round_ = self.round
         self.position += 1
-        suffix = f" (copy {round_})" if round_ else ""
-        return {"text": document["text"], "title": document["title"][:200] + suffix,
+        return {"text": document["text"], "title": document["title"][:200],
                 "source_path": f"scifact/{round_}/{document['_id']}", "tags": ["bench"]}
 
 
 # --- measurements -----------------------------------------------------------------------------------
 
 
-def ingest_until(engine: Engine, notes: NoteSource, target_chunks: int) -> dict[str, Any]:
+def ingest_until(engine: EngineApi, notes: NoteSource, target_chunks: int) -> dict[str, Any]:
     """Queue notes until the engine holds `target_chunks`; return throughput figures.
 
     The clock runs from the first queued note until the queue is empty, so the rate covers HTTP,
@@ -198,7 +122,7 @@ def ingest_until(engine: Engine, notes: NoteSource, target_chunks: int) -> dict[
             "vectors": status["vectors"], "vectors_reused": notes.round > 0}
 
 
-def measure_search(engine: Engine, queries: list[str], mode: str, top_n: int = 10) -> dict[str, Any]:
+def measure_search(engine: EngineApi, queries: list[str], mode: str, top_n: int = 10) -> dict[str, Any]:
     for query in queries[:10]:  # warm caches and code paths
         engine.post("/search", {"query": query, "mode": mode, "top_n": top_n})
     client_ms: list[float] = []
@@ -210,28 +134,10 @@ def measure_search(engine: Engine, queries: list[str], mode: str, top_n: int = 1
         server_ms.append(result["took_ms"])
         if result["mode"] != mode:
             raise SystemExit(f"asked for {mode}, the engine answered {result['mode']}")
-    return {"mode": mode, "queries": len(queries), "p50_ms": _percentile(client_ms, 50),
-            "p95_ms": _percentile(client_ms, 95), "mean_ms": round(statistics.fmean(client_ms), 2),
-            "server_p50_ms": _percentile(server_ms, 50), "server_p95_ms": _percentile(server_ms, 95)}
-
-
-def _percentile(values: list[float], percent: float) -> float:
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(percent / 100 * len(ordered) + 0.5) - 1))
-    return round(ordered[rank], 2)
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "sqlite": __import__("sqlite3").sqlite_version}
+    return {"mode": mode, "queries": len(queries), "p50_ms": round(percentile(client_ms, 0.5), 2),
+            "p95_ms": round(percentile(client_ms, 0.95), 2), "mean_ms": round(statistics.fmean(client_ms), 2),
+            "server_p50_ms": round(percentile(server_ms, 0.5), 2),
+            "server_p95_ms": round(percentile(server_ms, 0.95), 2)}
 
 
 # --- main -------------------------------------------------------------------------------------------
@@ -240,18 +146,20 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tiers = sorted(int(t) for t in args.tiers.split(","))
-    corpus, queries = load_corpus(args.corpus)
-    queries = queries[: args.queries]
+    corpus, all_queries = load_beir(args.corpus)
+    queries = list(all_queries.values())[: args.queries]
     modes = ("fts",) if args.no_embeddings else MODES
     workdir = Path(tempfile.mkdtemp(prefix="kb-engine-bench-"))
     data_dir = args.data or workdir / "data"
-    print(f"engine data in {data_dir}, log in {workdir / 'engine.log'}", flush=True)
-    engine = Engine(data_dir, workdir / "engine.log", not args.no_embeddings, args.threads)
+    print(f"engine data in {data_dir}, log in {workdir}", flush=True)
+    service = start_engine(workdir, data_dir, {"KB_ENGINE_EMBEDDER": "none" if args.no_embeddings else "minilm",
+                                               "KB_ENGINE_WAIT_FOR_MODEL": "1", "KB_ENGINE_THREADS": str(args.threads)})
+    engine = EngineApi(service.url)
     results: dict[str, Any] = {"started_at": dt.datetime.now(dt.timezone.utc).isoformat(), "machine": machine(),
                                "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
                                "corpus": str(args.corpus), "tiers": []}
     try:
-        status = engine.wait_ready()
+        status = engine.get("/status")
         results["engine"] = {"version": status["version"], "model": status["model"]}
         notes = NoteSource(corpus)
         for tier in tiers:
@@ -261,13 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ingestion['chunks_per_second']} chunks/s", flush=True)
             searches = [measure_search(engine, queries, mode) for mode in modes]
             results["tiers"].append({"tier": tier, "ingestion": ingestion, "search": searches,
-                                     "rss_mib": round(engine.rss_mib(), 1),
+                                     "rss_mib": round(engine_rss_mib(service), 1),
                                      # Other work on the machine shows here (this one is shared).
                                      "load_average_1m": round(os.getloadavg()[0], 2)})
             for search in searches:
                 print(f"  {search['mode']:>6}: p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms", flush=True)
     finally:
-        engine.stop()
+        service.stop()
     print_table(results)
     out = args.out or REPO / "bench" / "results" / f"engine-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -278,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(results: dict[str, Any]) -> None:
     print()
-    print(f"machine: {results['machine']['cpu']}, {results['machine']['cores']} cores")
+    print(f"machine: {results['machine']['cpu']}, {results['machine']['cpus']} cores")
     header = f"{'chunks':>8} {'docs':>6} {'ingest chunks/s':>16} {'mode':>6} {'p50 ms':>8} {'p95 ms':>8} {'server p95':>10} {'RSS MiB':>8}"
     print(header)
     print("-" * len(header))

@@ -16,6 +16,8 @@ from .errors import ConfigError
 
 MiB = 1024 * 1024
 EMBEDDER_CHOICES = ("auto", "minilm", "none")
+FUSION_CHOICES = ("convex", "rrf")
+PRECISION_CHOICES = ("auto", "float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,17 +34,27 @@ class EngineConfig:
     embedder: str = "auto"
     # Load the model before serving (True) or in the background while full-text search already works.
     wait_for_model: bool = False
+    # How queries are embedded (query_model.py): "auto" takes bfloat16 where this CPU runs it faster with
+    # the same vectors (cosine >= 0.9999), else float32; one torch thread: on 2 busy cores vector search
+    # p95 was 20-37 ms with one, 90-536 ms with two (docs/benchmarks.md).
+    query_precision: str = "auto"
+    query_threads: int = 1
     max_upload_bytes: int = 600 * MiB
     max_json_bytes: int = 32 * MiB
     chunk_chars: int = 1000
     chunk_overlap: int = 150
     embed_batch_size: int = 32
-    # Hybrid fusion: reciprocal rank fusion 1/(k + rank), summed over signals with these weights.
-    rrf_k: int = 60
+    # Hybrid fusion (fusion.py): "convex" sums cosine and BM25-share-of-its-ceiling with these weights;
+    # "rrf" sums weight / (rrf_k + rank). Chosen and tuned on SciFact's train claims (docs/benchmarks.md):
+    # convex 1:1 0.749 nDCG@10; rrf 0.736 at k = 5, 0.727 at k = 60. 200 candidates instead of 100 gained
+    # 0.001 (noise) and cost BM25 time; 50 lost 0.003.
+    fusion: str = "convex"
+    rrf_k: int = 5
     candidates: int = 100
     fts_weight: float = 1.0
     vector_weight: float = 1.0
     # BM25 column weights for (title, text): a hit in the title counts more than one in the body.
+    # SciFact, hybrid nDCG@10 by title weight: 1.0 0.747, 2.0 0.749, 3.0 0.745.
     bm25_title_weight: float = 2.0
     bm25_text_weight: float = 1.0
     idempotency_ttl_seconds: int = 24 * 3600
@@ -116,8 +128,9 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
     for field, var in _BOOL_VARS:
         if env.get(var):
             values[field] = _bool(env[var], var)
-    if env.get("KB_ENGINE_EMBEDDER"):
-        values["embedder"] = env["KB_ENGINE_EMBEDDER"].strip().lower()
+    for field, var in _CHOICE_VARS:
+        if env.get(var):
+            values[field] = env[var].strip().lower()
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
@@ -133,6 +146,13 @@ def validate(config: EngineConfig) -> None:
     """Cross-field rules, checked once at load."""
     if config.embedder not in EMBEDDER_CHOICES:
         raise ConfigError(f"KB_ENGINE_EMBEDDER must be one of {', '.join(EMBEDDER_CHOICES)}, got {config.embedder!r}")
+    if config.fusion not in FUSION_CHOICES:
+        raise ConfigError(f"KB_ENGINE_FUSION must be one of {', '.join(FUSION_CHOICES)}, got {config.fusion!r}")
+    if config.query_precision not in PRECISION_CHOICES:
+        raise ConfigError(f"KB_ENGINE_QUERY_PRECISION must be one of {', '.join(PRECISION_CHOICES)}, "
+                          f"got {config.query_precision!r}")
+    if config.fusion == "convex" and config.fts_weight + config.vector_weight <= 0:
+        raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
         raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
     if config.chunk_overlap >= config.chunk_chars // 2:
@@ -146,6 +166,7 @@ _INT_VARS = (
     ("chunk_chars", "KB_ENGINE_CHUNK_CHARS", 200, 100_000),
     ("chunk_overlap", "KB_ENGINE_CHUNK_OVERLAP", 0, 50_000),
     ("embed_batch_size", "KB_ENGINE_EMBED_BATCH", 1, 4096),
+    ("query_threads", "KB_ENGINE_QUERY_THREADS", 1, 256),
     ("rrf_k", "KB_ENGINE_RRF_K", 0, 100_000),
     ("candidates", "KB_ENGINE_CANDIDATES", 1, 10_000),
 )
@@ -154,6 +175,11 @@ _FLOAT_VARS = (
     ("vector_weight", "KB_ENGINE_VECTOR_WEIGHT"),
     ("bm25_title_weight", "KB_ENGINE_BM25_TITLE_WEIGHT"),
     ("bm25_text_weight", "KB_ENGINE_BM25_TEXT_WEIGHT"),
+)
+_CHOICE_VARS = (
+    ("embedder", "KB_ENGINE_EMBEDDER"),
+    ("fusion", "KB_ENGINE_FUSION"),
+    ("query_precision", "KB_ENGINE_QUERY_PRECISION"),
 )
 _BOOL_VARS = (
     ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),

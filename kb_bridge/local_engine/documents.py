@@ -183,25 +183,27 @@ def store_vectors(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes]]) -
     conn.executemany("INSERT OR REPLACE INTO embeddings (chunk_id, vector) VALUES (?, ?)", rows)
 
 
-def stored_vectors_by_text(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, bytes]:
-    """Vectors already computed for chunks with exactly this text (re-uploads and edited notes reuse them)."""
-    unique = sorted(set(shas))
-    found: dict[str, bytes] = {}
-    for start in range(0, len(unique), 500):
-        part = unique[start : start + 500]
+def stored_vectors_by_text(conn: sqlite3.Connection, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+    """Vectors already computed for chunks with exactly this (title, text sha256): the model read the same
+    input for them (re-uploads and edited notes reuse them)."""
+    wanted = set(keys)
+    shas = sorted({sha for _, sha in wanted})
+    found: dict[tuple[str, str], bytes] = {}
+    for start in range(0, len(shas), 500):
+        part = shas[start : start + 500]
         rows = conn.execute(
-            "SELECT c.text_sha256, e.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
-            f"WHERE c.text_sha256 IN ({_marks(part)}) GROUP BY c.text_sha256",
+            "SELECT c.title, c.text_sha256, e.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
+            f"WHERE c.text_sha256 IN ({_marks(part)}) GROUP BY c.title, c.text_sha256",
             part,
         )
-        found.update((row[0], row[1]) for row in rows)
+        found.update(((row[0], row[1]), row[2]) for row in rows if (row[0], row[1]) in wanted)
     return found
 
 
-def chunks_without_vectors(conn: sqlite3.Connection, limit: int) -> list[tuple[int, int, str]]:
-    """(chunk_id, document_id, text) of chunks that have no vector yet, oldest first."""
+def chunks_without_vectors(conn: sqlite3.Connection, limit: int) -> list[tuple[int, int, str, str]]:
+    """(chunk_id, document_id, title, text) of chunks that have no vector yet, oldest first."""
     return conn.execute(
-        "SELECT c.id, c.document_id, c.text FROM chunks c LEFT JOIN embeddings e ON e.chunk_id = c.id "
+        "SELECT c.id, c.document_id, c.title, c.text FROM chunks c LEFT JOIN embeddings e ON e.chunk_id = c.id "
         "WHERE e.chunk_id IS NULL ORDER BY c.id LIMIT ?",
         (limit,),
     ).fetchall()

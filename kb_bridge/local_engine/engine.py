@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import IO, TYPE_CHECKING
 
 from . import jobs, migrations
-from .chunking import ChunkingPolicy
+from .chunking import EMBEDDING_INPUT, ChunkingPolicy
 from .clock import seconds_ago_iso
 from .config import EngineConfig
 from .datadir import lock_data_dir
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-API_VERSION = "3.1.0"
+API_VERSION = "3.2.0"
 WORKER_STOP_SECONDS = 20.0
 
 
@@ -41,10 +40,6 @@ class Engine:
         self.vectors: VectorIndex | None = None
         self.write_lock = threading.RLock()
         self.worker = IngestionWorker(self)
-        # Query embeddings run on this one thread: a hybrid search embeds while SQLite runs the BM25 query
-        # (both release the GIL), and torch's CPU thread pool, which is per calling thread, is built once
-        # instead of once per request thread, whose idle spinning pools would then compete for the cores.
-        self.query_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-engine-query")
         self._lock_file: IO[str] | None = None
 
     def start(self, embedder: Embedder | None = None) -> None:
@@ -60,7 +55,9 @@ class Engine:
                 self.embedders.use(embedder)
             else:
                 start_embedder(self.embedders, self.config.embedder, self.config.embed_batch_size,
-                               background=not self.config.wait_for_model)
+                               background=not self.config.wait_for_model,
+                               query_precision=self.config.query_precision,
+                               query_threads=self.config.query_threads)
         except BaseException:
             self.close()
             raise
@@ -82,7 +79,6 @@ class Engine:
     def close(self) -> None:
         if not self.worker.stop(WORKER_STOP_SECONDS):
             logger.warning("the ingestion worker did not stop in time; its job resumes at the next start")
-        self.query_executor.shutdown(wait=False, cancel_futures=True)
         self.db.close()
         if self._lock_file is not None:
             self._lock_file.close()
@@ -95,10 +91,10 @@ class Engine:
         return ["hybrid", "fts", "vector"] if self.vector_search_ready() else ["fts"]
 
     def _prepare_vectors(self, embedder: Embedder) -> None:
-        """Load stored vectors into memory; drop them first if another model made them."""
+        """Load stored vectors into memory; drop them first if another model, or another kind of input, made them."""
         from .vectors import load_index
 
-        identity = f"{embedder.name}/{embedder.dim}"
+        identity = f"{embedder.name}/{embedder.dim}/{EMBEDDING_INPUT}"
         with self.write_lock:
             with self.db.write() as conn:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from . import documents, jobs
-from .chunking import chunk_text
+from .chunking import chunk_text, embedding_input
 from .clock import now_iso
 from .errors import IngestionError, NotANote, PreconditionFailed
 
@@ -40,25 +40,32 @@ class PreparedChunks:
     vectors: np.ndarray | None  # one row per text, or None without an embedder
 
 
-def prepare(engine: Engine, text: str, doc_type: str, stop: threading.Event | None = None) -> PreparedChunks:
+def prepare(
+    engine: Engine, title: str, text: str, doc_type: str, stop: threading.Event | None = None
+) -> PreparedChunks:
     texts = chunk_text(text, doc_type, engine.chunking)
     if not texts:
         raise IngestionError("the document has no text to index")
     embedder = engine.embedders.current()
-    vectors = embed(engine, embedder, texts, stop) if embedder is not None else None
+    vectors = embed(engine, embedder, [(title, chunk) for chunk in texts], stop) if embedder is not None else None
     return PreparedChunks(texts, vectors)
 
 
-def embed(engine: Engine, embedder: Embedder, texts: Sequence[str], stop: threading.Event | None) -> np.ndarray:
-    """Vectors for texts, in batches; a chunk whose exact text is already stored reuses its vector."""
+def embed(
+    engine: Engine, embedder: Embedder, chunks: Sequence[tuple[str, str]], stop: threading.Event | None
+) -> np.ndarray:
+    """Vectors for (title, text) chunks, in batches.
+
+    A chunk whose title and text are both already stored with a vector reuses it: the model read the same input.
+    """
     import numpy as np
 
-    shas = [documents.text_sha256(text) for text in texts]
-    stored = documents.stored_vectors_by_text(engine.db.connection(), shas)
-    vectors = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    keys = [(title, documents.text_sha256(text)) for title, text in chunks]
+    stored = documents.stored_vectors_by_text(engine.db.connection(), keys)
+    vectors = np.zeros((len(chunks), embedder.dim), dtype=np.float32)
     missing: list[int] = []
-    for row, sha in enumerate(shas):
-        blob = stored.get(sha)
+    for row, key in enumerate(keys):
+        blob = stored.get(key)
         if blob is not None and len(blob) == embedder.dim * 4:
             vectors[row] = np.frombuffer(blob, dtype="<f4")
         else:
@@ -68,7 +75,7 @@ def embed(engine: Engine, embedder: Embedder, texts: Sequence[str], stop: thread
         if stop is not None and stop.is_set():
             raise Abandoned()
         rows = missing[start : start + batch]
-        vectors[rows] = embedder.embed_documents([texts[row] for row in rows])
+        vectors[rows] = embedder.embed_documents([embedding_input(*chunks[row]) for row in rows])
     return vectors
 
 
@@ -102,7 +109,7 @@ def update_note(
     new_title = title if title is not None else str(current["title"])
     if title is None and text is not None and current["title"] == documents.derive_title(str(current["content"])):
         new_title = documents.derive_title(text)  # the title was derived from the old text: derive it anew
-    prepared = prepare(engine, new_text, "note")
+    prepared = prepare(engine, new_title, new_text, "note")
     with engine.write_lock:
         with engine.db.write() as conn:
             row = documents.require_document(conn, doc_id)
@@ -134,7 +141,7 @@ def backfill_vectors(engine: Engine, embedder: Embedder, limit: int) -> int:
     rows = documents.chunks_without_vectors(engine.db.connection(), limit)
     if not rows:
         return 0
-    vectors = embed(engine, embedder, [row[2] for row in rows], None)
+    vectors = embed(engine, embedder, [(row[2], row[3]) for row in rows], None)
     with engine.write_lock:
         with engine.db.write() as conn:
             alive = documents.existing_chunk_ids(conn, [row[0] for row in rows])

@@ -1,9 +1,9 @@
-"""Search: BM25 (fts), cosine similarity (vector), and their reciprocal rank fusion (hybrid).
+"""Search: BM25 (fts), cosine similarity (vector), and their fusion (hybrid).
 
-Hybrid takes the best `candidates` of each signal, filtered the same way, and scores every chunk by
-sum(weight / (rrf_k + rank)) over the signals that found it. RRF needs no score calibration between BM25
-and cosine, which live on unrelated scales. k, the depth and the weights come from the config so that
-retrieval can be tuned (e.g. on SciFact) without touching this code.
+Hybrid takes the best `candidates` of each signal, filtered the same way, and fuses them as fusion.py says
+(a weighted sum of cosine and BM25 on an absolute scale by default; reciprocal rank fusion on request).
+The BM25 query and the BM25 ceiling run in the request thread while the query is embedded on the query
+thread. The method, depth and weights come from the config, tuned on SciFact (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from . import documents, fts
 from .documents import DocumentFilter
 from .errors import Conflict, NotReady
+from .fusion import Fusion, Ranking
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 MODES = ("hybrid", "fts", "vector")
-Ranking = list[tuple[int, float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +42,7 @@ def search(engine: Engine, request: SearchRequest) -> dict[str, object]:
     if mode != "fts":
         embedder = engine.embedders.current()
         assert embedder is not None  # vector_search_ready() said so
-        query_vector = engine.query_executor.submit(embedder.embed_query, request.query)
+        query_vector = embedder.submit_query(request.query)  # on the query thread, while BM25 runs here
     conn = engine.db.connection()
     with engine.db.snapshot():
         ranked = _rank(engine, conn, request, mode, query_vector)[: request.top_n]
@@ -63,27 +62,22 @@ def _rank(
     config = engine.config
     depth = max(config.candidates, request.top_n) if mode == "hybrid" else request.top_n
     lexical: Ranking = []
+    ceiling = 0.0
     if mode != "vector":  # runs while the query is being embedded
         lexical = fts.search(conn, request.query, request.where, depth, config.bm25_title_weight,
                              config.bm25_text_weight)
+        if mode == "hybrid" and config.fusion == "convex":
+            ceiling = fts.score_ceiling(conn, request.query)
     if query_vector is None or engine.vectors is None:
         return lexical
+    vector = query_vector.result()
     allowed = None if request.where.is_empty() else documents.matching_document_ids(conn, request.where)
-    semantic = engine.vectors.search(query_vector.result(), depth, allowed)
+    semantic = engine.vectors.search(vector, depth, allowed)
     if mode == "vector":
         return semantic
-    return fuse([(lexical, config.fts_weight), (semantic, config.vector_weight)], config.rrf_k)
-
-
-def fuse(rankings: Sequence[tuple[Ranking, float]], k: int) -> Ranking:
-    """Reciprocal rank fusion: score = sum of weight / (k + rank), rank counted from 1. Best first."""
-    scores: dict[int, float] = {}
-    best_rank: dict[int, int] = {}
-    for ranking, weight in rankings:
-        for rank, (chunk_id, _) in enumerate(ranking, start=1):
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight / (k + rank)
-            best_rank[chunk_id] = min(best_rank.get(chunk_id, rank), rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], best_rank[item[0]], item[0]))
+    index = engine.vectors
+    method = Fusion(config.fusion, config.fts_weight, config.vector_weight, config.rrf_k)
+    return method.fuse(lexical, ceiling, semantic, lambda chunk_ids: index.similarities(vector, chunk_ids))
 
 
 def related(engine: Engine, chunk_id: int, top_n: int, same_document: bool) -> dict[str, object]:

@@ -93,6 +93,15 @@ class VectorIndex:
             order = np.argsort(-candidate_scores, kind="stable")
             return [(int(self._chunk_ids[rows[i]]), float(candidate_scores[i])) for i in order]
 
+    def similarities(self, query: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
+        """The cosine of the query with each of these chunks; chunks without a vector are left out."""
+        with self._lock:
+            found = [(chunk_id, self._row_of[chunk_id]) for chunk_id in chunk_ids if chunk_id in self._row_of]
+            if not found:
+                return {}
+            scores = self._matrix[[row for _, row in found]] @ np.asarray(query, dtype=np.float32)
+        return {chunk_id: float(score) for (chunk_id, _), score in zip(found, scores)}
+
     def _reserve(self, size: int) -> None:
         capacity = len(self._chunk_ids)
         if size <= capacity:

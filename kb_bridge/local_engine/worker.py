@@ -74,7 +74,7 @@ class IngestionWorker:
         logger.info("job %d (%s) started", job["id"], job["type"])
         try:
             new = self._read(job)
-            prepared = indexing.prepare(engine, new.content, new.doc_type, self._stop)
+            prepared = indexing.prepare(engine, new.title, new.content, new.doc_type, self._stop)
             doc_id = indexing.create_document(engine, job["id"], new, prepared)
         except indexing.Abandoned:
             self._requeue(job["id"])

@@ -9,7 +9,6 @@ import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine import fts
-from kb_bridge.local_engine.search import fuse
 
 from .helpers import API, Sample, add_note, error_code, upload, wait_job
 
@@ -107,14 +106,6 @@ def test_related_without_vectors_is_409(client: FlaskClient) -> None:
     response = client.get(f"{API}/chunks/{note['chunks'][0]['id']}/related")
     assert response.status_code == 409 and error_code(response) == "conflict"
     assert client.get(f"{API}/chunks/9999/related").status_code == 404
-
-
-def test_fuse_is_reciprocal_rank_fusion() -> None:
-    fused = fuse([([(1, 9.0), (2, 5.0)], 1.0), ([(2, 0.9), (3, 0.8)], 1.0)], k=60)
-    assert [chunk_id for chunk_id, _ in fused] == [2, 1, 3]
-    assert fused[0][1] == pytest.approx(1 / 62 + 1 / 61)
-    weighted = fuse([([(1, 9.0)], 1.0), ([(3, 0.8)], 2.0)], k=60)
-    assert [chunk_id for chunk_id, _ in weighted] == [3, 1]
 
 
 # --- with the real embedding model -------------------------------------------------------------------

@@ -116,3 +116,29 @@ def test_stored_vectors_of_another_model_are_replaced(make_app: Callable[..., fl
     wait_for(lambda: engine.vectors is not None and len(engine.vectors) == 1, "re-embedded vector")
     stored = engine.db.connection().execute("SELECT vector FROM embeddings").fetchone()[0]
     assert stored != bytes(1536)
+
+
+class CountingEmbedder:
+    """The shared model, recording what it is asked to embed for documents."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.inputs: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> object:
+        self.inputs.extend(texts)
+        return self.inner.embed_documents(texts)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_a_stored_vector_is_reused_only_for_the_same_title_and_text(
+    make_app: Callable[..., flask.Flask], model: object
+) -> None:
+    counting = CountingEmbedder(model)
+    client = make_app(model=counting).test_client()
+    add_note(client, "They dive for fish.", title="Grebes")
+    add_note(client, "They dive for fish.", title="Grebes", source_path="copy")
+    add_note(client, "They dive for fish.", title="Waterbirds")
+    assert counting.inputs == ["Grebes\n\nThey dive for fish.", "Waterbirds\n\nThey dive for fish."]

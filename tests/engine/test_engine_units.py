@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kb_bridge.local_engine import cli, parsers
-from kb_bridge.local_engine.chunking import ChunkingPolicy, chunk_text
+from kb_bridge.local_engine.chunking import ChunkingPolicy, chunk_text, embedding_input
 from kb_bridge.local_engine.config import EngineConfig, load_config
 from kb_bridge.local_engine.errors import ConfigError
 from kb_bridge.local_engine.vectors import VectorIndex
@@ -59,6 +59,18 @@ def test_headings_inside_code_fences_are_not_headings() -> None:
 def test_small_markdown_sections_are_packed_together() -> None:
     text = "# A\n\none\n\n# B\n\ntwo\n\n# C\n\nthree"
     assert chunk_text(text, "note", POLICY) == [text]
+
+
+def test_the_model_reads_each_chunk_with_its_title() -> None:
+    assert embedding_input("Parental leave", "Up to 26 weeks.") == "Parental leave\n\nUp to 26 weeks."
+    assert embedding_input("  Parental \n leave ", "x") == "Parental leave\n\nx"
+    assert embedding_input("", "Up to 26 weeks.") == "Up to 26 weeks."
+    # A note titled by its first line (derived titles end in an ellipsis when cut) is not titled twice.
+    assert embedding_input("# Release runbook", "# Release runbook\n\nTag it.") == "# Release runbook\n\nTag it."
+    assert embedding_input("Release runbook", "# Release runbook\n\nTag it.") == "# Release runbook\n\nTag it."
+    assert embedding_input("A very long first line…", "A very long first line that goes on") == (
+        "A very long first line that goes on")
+    assert embedding_input("t" * 500, "x") == "t" * 200 + "\n\nx"
 
 
 def test_html_text_skips_scripts_and_marks_headings(tmp_path: Path) -> None:
@@ -117,9 +129,10 @@ def test_vector_index_grows_past_its_initial_capacity() -> None:
 
 def test_config_from_environment(tmp_path: Path) -> None:
     config = load_config({"KB_ENGINE_DATA": str(tmp_path), "KB_API_KEY": "k", "KB_ENGINE_BIND": "0.0.0.0:9000",
-                          "KB_ENGINE_EMBEDDER": "NONE", "KB_ENGINE_RRF_K": "10", "KB_ENGINE_WAIT_FOR_MODEL": "yes"})
+                          "KB_ENGINE_EMBEDDER": "NONE", "KB_ENGINE_RRF_K": "10", "KB_ENGINE_WAIT_FOR_MODEL": "yes",
+                          "KB_ENGINE_FUSION": "RRF"})
     assert (config.data_dir, config.api_key, config.host, config.port) == (tmp_path, "k", "0.0.0.0", 9000)
-    assert config.embedder == "none" and config.rrf_k == 10 and config.wait_for_model
+    assert config.embedder == "none" and config.rrf_k == 10 and config.wait_for_model and config.fusion == "rrf"
     assert load_config({"XDG_DATA_HOME": str(tmp_path)}).data_dir == tmp_path / "kb-bridge" / "engine"
     assert load_config({"HOME": "/h"}, {"port": 1234, "threads": None}).port == 1234
 
@@ -131,6 +144,10 @@ def test_config_from_environment(tmp_path: Path) -> None:
     ({"KB_ENGINE_EMBEDDER": "bert"}, "KB_ENGINE_EMBEDDER"),
     ({"KB_ENGINE_WAIT_FOR_MODEL": "maybe"}, "KB_ENGINE_WAIT_FOR_MODEL"),
     ({"KB_ENGINE_CHUNK_OVERLAP": "900"}, "KB_ENGINE_CHUNK_OVERLAP"),
+    ({"KB_ENGINE_FUSION": "max"}, "KB_ENGINE_FUSION"),
+    ({"KB_ENGINE_QUERY_PRECISION": "int8"}, "KB_ENGINE_QUERY_PRECISION"),
+    ({"KB_ENGINE_QUERY_THREADS": "0"}, "KB_ENGINE_QUERY_THREADS"),
+    ({"KB_ENGINE_FTS_WEIGHT": "0", "KB_ENGINE_VECTOR_WEIGHT": "0"}, "KB_ENGINE_FTS_WEIGHT"),
 ])
 def test_config_errors_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:
     with pytest.raises(ConfigError, match=variable):

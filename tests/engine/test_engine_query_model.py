@@ -1,0 +1,32 @@
+"""The query model: its own thread with one torch thread, and vectors that agree with the documents' model."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from kb_bridge.local_engine.embedder import SentenceTransformerEmbedder
+
+
+def test_queries_use_one_torch_thread_and_other_threads_keep_the_default(model: SentenceTransformerEmbedder) -> None:
+    import torch
+
+    assert model._queries.run(torch.get_num_threads) == 1
+    seen: list[int] = []
+    other = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    other.start()
+    other.join()
+    assert seen == [torch.get_num_threads()]  # a thread that first uses torch now still gets the default
+
+
+def test_query_vectors_agree_with_document_vectors_whatever_the_precision(model: SentenceTransformerEmbedder) -> None:
+    # bfloat16 is taken only where it agrees with float32 (query_model.py); either way a query embeds
+    # like the same text embedded as a document.
+    assert model.query_precision in ("float32", "bfloat16")
+    texts = ["time off after having a baby", "Error code ZX-4471 appears when the disk quota is exceeded."]
+    documents = model.embed_documents(texts)
+    for text, document in zip(texts, documents):
+        query = model.embed_query(text)
+        assert query.dtype == np.float32 and query.shape == (model.dim,)
+        assert float(np.dot(query, document)) > 0.999
