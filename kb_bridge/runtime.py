@@ -4,7 +4,7 @@ sweeper, metrics), built from settings and started and stopped by the server's l
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from collections.abc import Callable
@@ -46,6 +46,7 @@ class Bridge:
         self.metrics = metrics or (PrometheusMetrics(self.uploads) if settings.mcp.metrics else Metrics())
         self.engine = engine or EngineClient(settings.engine, metrics=self.metrics)
         self._executor: ThreadPoolExecutor | None = None
+        self._wrapped: dict[Callable[..., Any], Callable[..., Awaitable[Any]]] = {}
         self._users = 0  # lifespans currently entered (one per transport session manager)
         self._sweeper = Sweeper(self.uploads, settings.uploads.ttl_seconds, settings.uploads.sweep_interval)
 
@@ -56,8 +57,14 @@ class Bridge:
         return self._executor
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run blocking work (engine calls, staging I/O) on the bounded pool, off the event loop."""
-        return await sync_to_async(fn, thread_sensitive=False, executor=self.executor)(*args)
+        """Run blocking work (engine calls, staging I/O) on the bounded pool, off the event loop.
+        `fn` is a long-lived function (a tool handler, a module function): its wrapper is kept."""
+        wrapped = self._wrapped.get(fn)
+        if wrapped is None:
+            # One SyncToAsync per function, not per call: building it is a measurable share of a
+            # trivial call's cost (bench/concurrency.py). Reset with the pool it is bound to.
+            wrapped = self._wrapped[fn] = sync_to_async(fn, thread_sensitive=False, executor=self.executor)
+        return await wrapped(*args)
 
     def start(self) -> None:
         if self._executor is None:
@@ -73,6 +80,7 @@ class Bridge:
             # In-flight calls finish; the HTTP server stopped sending new ones before this.
             self._executor.shutdown(wait=True, cancel_futures=False)
             self._executor = None
+            self._wrapped.clear()
         self.engine.close()
 
     @asynccontextmanager
