@@ -5,7 +5,8 @@ measured):
    against an engine stand-in that answers after 100 ms: achieved calls/s against the ideal
    (64 / 0.1 s = 640/s), errors, latency percentiles.
 2. Throughput of a trivial tool (kb_echo, no engine) at concurrency 1, 4, 16 and 64, kb-bridge
-   (gunicorn, 2 workers) against the SDK's MCPServer reference (uvicorn, 2 workers), alternating.
+   (gunicorn, 2 workers) as shipped and "lean" (access log and metrics off, as the reference has
+   neither) against the SDK's MCPServer reference (uvicorn, 2 workers), taking turns.
 
     python bench/concurrency.py [--seconds 15] [--levels 1,4,16,64]
 
@@ -22,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import BENCH, MODERN_META, progress, start_bridge, write_result
+from common import BENCH, MODERN_META, progress, start_bridge, wait_until, write_result
 from overhead import start_reference
 from tests.e2e.standin import StandInEngine
 
@@ -87,6 +88,10 @@ def main() -> None:
             try:
                 progress("64 clients, engine answering after 100 ms …")
                 wrk(bridge.url, "kb_search", {"query": "warm-up"}, 64, 3, tmp)
+                # Calls wrk abandoned at the end of the warm-up still finish on the server: let them,
+                # so the peak below counts only the measured run.
+                wait_until(lambda: engine.in_flight == 0, 30, what="the warm-up's calls to finish")
+                engine.peak_in_flight = 0
                 slow = wrk(bridge.url, "kb_search", {"query": "concurrency"}, 64, args.seconds, tmp)
             finally:
                 bridge.stop()
@@ -98,20 +103,27 @@ def main() -> None:
             (tmp / "fast").mkdir()
             env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN}
             bridge = start_bridge(tmp / "fast", env, workers=2, app="bench_apps:bridge_app()", pythonpath=BENCH)
+            (tmp / "lean").mkdir()
+            lean = start_bridge(tmp / "lean", {**env, "KB_LOG_LEVEL": "WARNING", "KB_METRICS": "false"}, workers=2,
+                                app="bench_apps:bridge_app()", pythonpath=BENCH)
             reference = start_reference(tmp, engine.url)
             try:
-                servers = {"kb-bridge": bridge.url, "MCPServer": reference.url}
+                # kb-bridge as shipped (a JSON access line per request, metrics on), kb-bridge with
+                # both off (the reference writes no access log and keeps no metrics), MCPServer.
+                servers = {"kb-bridge": bridge.url, "kb-bridge lean": lean.url, "MCPServer": reference.url}
                 for url in servers.values():
                     wrk(url, "kb_echo", {"text": "warm-up"}, 16, 3, tmp)
                 throughput: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in servers}
                 for level in levels:
                     for repeat in range(args.repeats):
-                        order = list(servers) if repeat % 2 == 0 else list(reversed(servers))
+                        names = list(servers)
+                        order = names[repeat % len(names):] + names[:repeat % len(names)]  # rotate who goes first
                         for name in order:
                             progress(f"kb_echo, {level} connection(s), {name}, run {repeat + 1}/{args.repeats}")
                             throughput[name].setdefault(str(level), []).append(wrk(servers[name], "kb_echo", {"text": "hi"}, level, args.seconds, tmp))
             finally:
                 bridge.stop()
+                lean.stop()
                 reference.stop()
         results["echo_throughput"] = throughput
     report(results)
@@ -129,16 +141,18 @@ def report(results: dict[str, Any]) -> None:
     print(f"  calls/s {slow['calls_per_s']} of ideal 640 -> efficiency {slow['efficiency']:.0%}; errors {slow['errors'] + slow['socket_errors']};"
           f" p50 {slow['p50_ms']} ms, p95 {slow['p95_ms']} ms, p99 {slow['p99_ms']} ms; engine saw up to {slow['engine_peak_in_flight']} at once")
     print("\nkb_echo throughput (calls/s, median of runs), 2 worker processes each")
-    print(f"{'connections':>11} {'kb-bridge':>10} {'MCPServer':>10} {'ratio':>7} {'kb-bridge p99':>14} {'MCPServer p99':>14}")
+    print(f"{'connections':>11} {'kb-bridge':>10} {'lean':>8} {'MCPServer':>10} {'ratio':>7} {'lean ratio':>10}"
+          f" {'kb-bridge p99':>14} {'MCPServer p99':>14}")
     summary = {}
-    for level in results["echo_throughput"]["kb-bridge"]:
-        ours = [r["calls_per_s"] for r in results["echo_throughput"]["kb-bridge"][level]]
-        theirs = [r["calls_per_s"] for r in results["echo_throughput"]["MCPServer"][level]]
-        ours_p99 = median([r["p99_ms"] for r in results["echo_throughput"]["kb-bridge"][level]])
-        theirs_p99 = median([r["p99_ms"] for r in results["echo_throughput"]["MCPServer"][level]])
-        ratio = median(ours) / median(theirs)
-        summary[level] = {"kb-bridge": median(ours), "MCPServer": median(theirs), "ratio": round(ratio, 3)}
-        print(f"{level:>11} {median(ours):>10.1f} {median(theirs):>10.1f} {ratio:>7.2f} {ours_p99:>13.2f}ms {theirs_p99:>13.2f}ms")
+    runs = results["echo_throughput"]
+    for level in runs["kb-bridge"]:
+        calls = {name: median([r["calls_per_s"] for r in runs[name][level]]) for name in runs}
+        p99 = {name: median([r["p99_ms"] for r in runs[name][level]]) for name in runs}
+        ratio = calls["kb-bridge"] / calls["MCPServer"]
+        lean_ratio = calls["kb-bridge lean"] / calls["MCPServer"]
+        summary[level] = {**calls, "ratio": round(ratio, 3), "lean ratio": round(lean_ratio, 3)}
+        print(f"{level:>11} {calls['kb-bridge']:>10.1f} {calls['kb-bridge lean']:>8.1f} {calls['MCPServer']:>10.1f} {ratio:>7.2f}"
+              f" {lean_ratio:>10.2f} {p99['kb-bridge']:>13.2f}ms {p99['MCPServer']:>13.2f}ms")
     results["echo_summary"] = summary
     path = write_result("concurrency", results)
     print(f"\nwritten to {path}")

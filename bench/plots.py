@@ -53,7 +53,9 @@ def throughput_plot(concurrency: dict[str, Any]) -> Path:
     summary = concurrency["echo_summary"]
     levels = sorted(summary, key=int)
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for server, style in (("kb-bridge", "o-"), ("MCPServer", "s--")):
+    for server, style in (("kb-bridge", "o-"), ("kb-bridge lean", "^:"), ("MCPServer", "s--")):
+        if server not in summary[levels[0]]:
+            continue  # results from before the lean column
         ax.plot([int(x) for x in levels], [summary[x][server] for x in levels], style, label=server)
     ax.set_xscale("log", base=2)
     ax.set_xticks([int(x) for x in levels], levels)
