@@ -84,7 +84,7 @@ def lean_records() -> None:
     (a stack walk per record), thread and process names (the pid is looked up when formatting).
     These are the documented switches of the logging HOWTO's "Optimization" section; every
     request writes a line, so they are worth a few percent of throughput (docs/benchmarks.md)."""
-    logging._srcfile = None  # type: ignore[attr-defined]  # documented: no findCaller() per record
+    logging._srcfile = None  # documented: no findCaller() per record
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

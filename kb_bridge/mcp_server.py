@@ -24,7 +24,7 @@ from kb_bridge import __version__, context, tools
 from kb_bridge.errors import KbError
 from kb_bridge.mcp_content import ContentHandlers
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools.spec import ProgressFn, ToolContext, ToolSpec
+from kb_bridge.tools.spec import Arguments, ProgressFn, Result, ToolContext, ToolSpec
 from kb_bridge.validation import ArgumentValidator
 
 logger = logging.getLogger(__name__)
@@ -114,8 +114,7 @@ class ToolDispatcher:
                 caller=caller,
                 progress=self._progress_sink(ctx),
             )
-            result = await self._bridge.run(spec.handler, tool_ctx, dict(arguments))
-            text = spec.render(result)
+            result, text = await self._bridge.run(_handle_and_render, spec, tool_ctx, dict(arguments))
         except KbError as exc:
             self._log_outcome(spec.name, caller, started, trail, exc.code)
             return error_result(exc)
@@ -164,6 +163,13 @@ class ToolDispatcher:
         else:
             logger.warning("mcp_tool_error", extra={"fields": fields})
         self._bridge.metrics.tool_call(tool, outcome, duration_ms / 1000)
+
+
+def _handle_and_render(spec: ToolSpec, ctx: ToolContext, arguments: Arguments) -> tuple[Result, str]:
+    """The handler and its text rendering, both on the pool thread: rendering a page of search
+    results is string work that would otherwise hold up the event loop for every other request."""
+    result = spec.handler(ctx, arguments)
+    return result, spec.render(result)
 
 
 def _result_count(result: dict[str, Any]) -> int:

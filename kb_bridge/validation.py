@@ -43,10 +43,11 @@ class ArgumentValidator:
 
     def _explain(self, error: ValidationError) -> tuple[str, str]:
         field = _path(error.absolute_path)
-        keyword, expected = error.validator, error.validator_value
+        # Errors from iter_errors always carry the keyword and its value (Unset only on hand-made ones).
+        keyword, expected = str(error.validator), error.validator_value
         instance = error.instance
         if keyword == "required":
-            missing = [name for name in expected if isinstance(instance, dict) and name not in instance]
+            missing = [name for name in (expected if isinstance(expected, list) else []) if isinstance(instance, dict) and name not in instance]
             return _join(field, missing[0] if missing else "?"), "is required"
         if keyword == "additionalProperties":
             extra = sorted(set(instance) - set(self._known)) if isinstance(instance, dict) and not field else []

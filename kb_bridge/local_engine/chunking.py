@@ -16,6 +16,7 @@ abstract be found for its topic (docs/benchmarks.md).
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 import re
 
 # Formats whose text carries Markdown headings: Markdown itself, notes (agents write Markdown), and the
@@ -173,7 +174,7 @@ def _hard_split(text: str, max_chars: int) -> list[str]:
 
 def _join(pieces: list[_Piece]) -> str:
     out = pieces[0].text
-    for previous, piece in zip(pieces, pieces[1:]):
+    for previous, piece in pairwise(pieces):
         out += (" " if piece.paragraph == previous.paragraph else "\n\n") + piece.text
     return out
 

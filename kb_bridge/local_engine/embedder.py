@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ConfigError
 
@@ -98,7 +98,7 @@ class SentenceTransformerEmbedder:
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
-def _load_sentence_transformer(model_dir: Path) -> object:
+def _load_sentence_transformer(model_dir: Path) -> Any:
     # The hub must never be asked: the weights are local, and the machine may have no network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -165,7 +165,7 @@ def _store_vectors(conn: sqlite3.Connection, chunk_ids: Sequence[int], vectors: 
         return
     from .vectors import to_blob
 
-    documents.store_vectors(conn, ((cid, to_blob(vec)) for cid, vec in zip(chunk_ids, vectors)))
+    documents.store_vectors(conn, ((cid, to_blob(vec)) for cid, vec in zip(chunk_ids, vectors, strict=True)))
 
 
 def _index_vectors(engine: Engine, chunk_ids: Sequence[int], doc_id: int, vectors: np.ndarray | None) -> None:

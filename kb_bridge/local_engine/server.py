@@ -27,7 +27,7 @@ WORKER_BOOT_TIMEOUT_SECONDS = 300
 GRACEFUL_TIMEOUT_SECONDS = 30
 
 
-class EngineServer(BaseApplication):  # type: ignore[misc]
+class EngineServer(BaseApplication):
     def __init__(self, config: EngineConfig, log_level: str = "info") -> None:
         self._engine_config = config
         self._log_level = log_level

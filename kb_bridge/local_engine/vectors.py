@@ -100,7 +100,7 @@ class VectorIndex:
             if not found:
                 return {}
             scores = self._matrix[[row for _, row in found]] @ np.asarray(query, dtype=np.float32)
-        return {chunk_id: float(score) for (chunk_id, _), score in zip(found, scores)}
+        return {chunk_id: float(score) for (chunk_id, _), score in zip(found, scores, strict=True)}
 
     def _reserve(self, size: int) -> None:
         capacity = len(self._chunk_ids)

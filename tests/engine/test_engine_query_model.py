@@ -26,7 +26,7 @@ def test_query_vectors_agree_with_document_vectors_whatever_the_precision(model:
     assert model.query_precision in ("float32", "bfloat16")
     texts = ["time off after having a baby", "Error code ZX-4471 appears when the disk quota is exceeded."]
     documents = model.embed_documents(texts)
-    for text, document in zip(texts, documents):
+    for text, document in zip(texts, documents, strict=True):
         query = model.embed_query(text)
         assert query.dtype == np.float32 and query.shape == (model.dim,)
         assert float(np.dot(query, document)) > 0.999

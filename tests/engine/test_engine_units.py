@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ def test_prose_chunks_are_bounded_and_overlap() -> None:
     chunks = chunk_text(_sentences(40), "txt", POLICY)
     assert len(chunks) > 3
     assert all(len(chunk) <= POLICY.max_chars for chunk in chunks)
-    for previous, following in zip(chunks, chunks[1:]):
+    for previous, following in pairwise(chunks):
         tail = previous[-30:]
         assert tail in following  # the overlap carries the end of one chunk into the next
     joined = " ".join(chunks)
