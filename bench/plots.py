@@ -31,7 +31,7 @@ def latency_plot(overhead: dict[str, Any]) -> Path:
              "kb_echo reference-legacy"]
     names = [n for n in order if n in samples]
     fig, ax = plt.subplots(figsize=(10, 4.8))
-    ax.boxplot([samples[n] for n in names], vert=False, showfliers=False, whis=(5, 99))
+    ax.boxplot([samples[n] for n in names], orientation="horizontal", showfliers=False, whis=(5, 99))
     ax.set_yticks(range(1, len(names) + 1), [n.replace("bridge", "kb-bridge").replace("reference", "MCPServer") for n in names])
     ax.invert_yaxis()
     ax.set_xlabel("latency per call, ms (box: p25-p75, line: p50, whiskers: p5-p99)")

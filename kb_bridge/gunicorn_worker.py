@@ -24,3 +24,9 @@ class BridgeUvicornWorker(UvicornWorker):
         "access_log": False,
         "server_header": False,
     }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn_worker ignores gunicorn's worker_connections; uvicorn's own bound is
+        # limit_concurrency (open connections or running requests, then 503 to new requests).
+        self.config.limit_concurrency = self.cfg.worker_connections

@@ -146,6 +146,9 @@ class ServerSettings:
     # Idle keep-alive connections hold a worker's graceful shutdown open (gunicorn waits for
     # every connection), so keep this short unless a load balancer in front needs it longer.
     keepalive: int = 5
+    # Open connections per worker before new requests are answered 503: bounds what a flood of
+    # idle or slow clients can hold (each costs some 35 KiB, docs/benchmarks.md "Abuse").
+    max_connections: int = 1000
 
 
 @dataclass(frozen=True)
@@ -344,6 +347,7 @@ def _load_server(env: _Env) -> ServerSettings:
         log_json=env.flag("KB_LOG_JSON", d.log_json),
         graceful_timeout=env.number("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
         keepalive=env.integer("KB_KEEPALIVE", d.keepalive, low=0, high=3600),
+        max_connections=env.integer("KB_MAX_CONNECTIONS", d.max_connections, low=2, high=100_000),
         worker_class=env.get("KB_WORKER_CLASS", d.worker_class, _parse_worker_class),
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kb_bridge.errors import SettingsError
@@ -91,3 +93,14 @@ def test_38_gunicorn_worker_timeout_exceeds_the_engine_budget() -> None:
     budget = load_settings(env).engine.call_budget()
     assert budget >= 4 * 100
     assert int(out) > budget
+
+
+def test_every_variable_the_settings_read_is_documented_in_the_readme() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    read = set(re.findall(r'"(KB_[A-Z0-9_]+)"', (root / "kb_bridge" / "settings.py").read_text()))
+    readme = (root / "README.md").read_text()
+    undocumented = sorted(name for name in read if f"| `{name}` |" not in readme)
+    assert len(read) > 20
+    assert undocumented == []

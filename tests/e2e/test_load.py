@@ -5,19 +5,22 @@ speed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.e2e.abuse import open_and_call, slowloris
-from tests.e2e.mcp_client import modern_call
+from tests.e2e.mcp_client import MODERN_META, modern_call
 from tests.e2e.processes import Service, connections_of, start_bridge, wait_until, worker_pids
 from tests.e2e.standin import StandInEngine
 
 TOKEN = "agent-token-load-0123456789abcdef"
+LIST_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN_META}})
 
 
 @pytest.fixture
@@ -93,3 +96,68 @@ def test_39_slow_clients_do_not_starve_the_others(tmp_path: Path) -> None:
                 thread.join(10)
             bridge.stop()
     assert [r["result"]["structuredContent"]["query"] for r in replies] == [f"normal-{i}" for i in range(20)]
+
+
+
+def test_connections_per_worker_are_bounded(tmp_path: Path) -> None:
+    """KB_MAX_CONNECTIONS bounds what idle clients can hold: once a worker holds that many open
+    connections, new requests are answered 503 at once; when the idle clients leave, service
+    resumes. (The default uvicorn worker; gunicorn's own ASGI worker counts connections but, in
+    gunicorn 27, does not enforce the bound: the README says so.)"""
+    with StandInEngine() as engine:
+        env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_KEEPALIVE": "120", "KB_MAX_CONNECTIONS": "20"}
+        bridge = start_bridge(tmp_path, env, workers=1)
+        port = int(bridge.url.rsplit(":", 1)[1])
+        try:
+            (worker,) = worker_pids(bridge)
+
+            async def flood() -> tuple[list[int | str], int | str]:
+                statuses: list[int | str] = []
+                writers = []
+                try:
+                    for _ in range(30):  # one after another, each left open after its answer
+                        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                        writers.append(writer)
+                        statuses.append(await _call_and_status(reader, writer, port))
+                    beyond = await asyncio.to_thread(_status_of_one_call, bridge.url)
+                finally:
+                    for writer in writers:
+                        writer.close()
+                return statuses, beyond
+
+            statuses, during = asyncio.run(flood())
+            wait_until(lambda: connections_of(int(worker), port) == 0, 30, what="the idle clients to be gone")
+            after = _status_of_one_call(bridge.url)
+        finally:
+            bridge.stop()
+    # uvicorn counts the asking connection too: 19 idle ones are served, the 20th on is refused.
+    assert statuses == [200] * 19 + [503] * 11, statuses
+    assert during == 503
+    assert after == 200
+
+
+async def _call_and_status(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> int | str:
+    body = LIST_BODY.encode()
+    writer.write((
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        f"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body)
+    await writer.drain()
+    try:
+        status_line = await asyncio.wait_for(reader.readline(), 5)
+    except TimeoutError:
+        return "no answer"  # accepted by the kernel, never taken by the worker
+    # The body is left unread: the connection stays open and idle, which is the point.
+    return int(status_line.split()[1]) if status_line else "closed"
+
+
+def _status_of_one_call(url: str) -> int | str:
+    try:
+        response = requests.post(url + "/mcp", timeout=5, headers={
+            "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/list"}, data=LIST_BODY)
+        return response.status_code
+    except requests.RequestException as exc:  # gunicorn's own worker does not take the connection
+        return type(exc).__name__
