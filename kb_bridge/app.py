@@ -15,6 +15,7 @@ from typing import Any
 
 from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 
 from kb_bridge import context, tools
 from kb_bridge.mcp_server import CALLER_SCOPE_KEY, build_server
@@ -167,13 +168,16 @@ def create_app(
     bridge = bridge or Bridge(settings)
     server = build_server(bridge, available)
 
+    # Host/Origin are checked once, by HostOriginGuard, before auth; the SDK's own check stays off.
+    # One settings object for every request: given None, the SDK builds a pydantic model per request.
+    sdk_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+
     def transport(json_response: bool) -> StreamableHTTPSessionManager:
         return StreamableHTTPSessionManager(
             app=server,
             stateless=True,
             json_response=json_response,
-            # Host/Origin are checked once, by HostOriginGuard, before auth.
-            security_settings=None,
+            security_settings=sdk_security,
             max_request_body_size=settings.mcp.max_body_bytes,
         )
 

@@ -49,7 +49,11 @@ class JsonFormatter(logging.Formatter):
         entry.update(fields_of(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return _encode(entry)
+
+
+# One encoder for every line: json.dumps with any option builds a new JSONEncoder per call.
+_encode = json.JSONEncoder(default=str).encode
 
 
 class TextFormatter(logging.Formatter):
