@@ -45,9 +45,10 @@ graceful_timeout = int(_settings.server.graceful_timeout)
 # balancer, set KB_KEEPALIVE above its idle timeout (e.g. 75 for a 60 s ALB) so that the
 # balancer, not the bridge, closes idle connections and never reuses a closing one.
 keepalive = _settings.server.keepalive
-# Each worker serves many slow clients at once; bounded so a flood cannot exhaust memory. gunicorn's
-# ASGI worker stops accepting beyond it; the uvicorn worker answers new requests 503 beyond it
-# (kb_bridge/gunicorn_worker.py), as uvicorn itself does not read this setting.
+# Each worker serves many slow clients at once; bounded so a flood cannot exhaust memory. The
+# uvicorn worker answers new requests 503 beyond it (kb_bridge/gunicorn_worker.py hands it to
+# uvicorn, which does not read this setting). gunicorn 27's own ASGI worker counts connections
+# but does not enforce the bound (README, KB_WORKER_CLASS).
 worker_connections = _settings.server.max_connections
 loglevel = _settings.server.log_level.lower()
 # gunicorn's own lines in the bridge's format on stderr. Access lines come from the app itself

@@ -4,10 +4,9 @@ sweeper, metrics), built from settings and started and stopped by the server's l
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread

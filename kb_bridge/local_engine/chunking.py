@@ -16,8 +16,8 @@ abstract be found for its topic (docs/benchmarks.md).
 from __future__ import annotations
 
 import dataclasses
-from itertools import pairwise
 import re
+from itertools import pairwise
 
 # Formats whose text carries Markdown headings: Markdown itself, notes (agents write Markdown), and the
 # DOCX/HTML parsers, which render headings as Markdown.
