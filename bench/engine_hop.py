@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from common import progress, start_engine, summary_ms, write_result
-from overhead import ENGINE_KEY, claims, load_corpus
+from common import progress, summary_ms, write_result
+from overhead import ENGINE_KEY, claims, start_indexed_engine
 
 
 def main() -> None:
@@ -35,11 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     queries = claims(args.rounds + args.warmup)
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        engine = start_engine(tmp, tmp / "engine", env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"})
+        engine = start_indexed_engine(Path(tmp_name), args.docs)
         try:
-            progress(f"indexing {args.docs} SciFact abstracts …")
-            load_corpus(engine, args.docs)
             samples = measure(engine.url, queries, args.warmup)
         finally:
             engine.stop()

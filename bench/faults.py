@@ -20,20 +20,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import requests
 
 from common import progress, start_bridge, start_engine, summary_ms, wait_until, write_result
-from tests.e2e.mcp_client import modern_call
+from tests.e2e.engine_http import documents_at, engine_idle
+from tests.e2e.mcp_client import error_code, modern_call
 
 TOKEN = "bench-token-0123456789abcdef"
 ENGINE_KEY = "bench-engine-key-0123456789"
-
-
-def count_at(engine_url: str, source_path: str) -> int:
-    response = requests.get(f"{engine_url}/api/v1/documents", params={"source_path": source_path},
-                            headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=30)
-    response.raise_for_status()
-    return int(response.json()["total"])
 
 
 def main() -> None:
@@ -55,8 +48,7 @@ def main() -> None:
                                     "KB_ENGINE_TIMEOUT": "2", "KB_ENGINE_RETRIES": "2"}, workers=2)
 
         def code(reply: dict[str, Any]) -> str:
-            result = reply.get("result") or {}
-            return str(result["structuredContent"]["error"]["code"]) if result.get("isError") else "ok"
+            return error_code(reply) or "ok"
 
         def writer(number: int) -> None:
             n = 0
@@ -93,9 +85,8 @@ def main() -> None:
             stop.set()
             for thread in threads:
                 thread.join(120)
-            wait_until(lambda: requests.get(f"{engine.url}/api/v1/status", headers={"Authorization": f"Bearer {ENGINE_KEY}"},
-                                            timeout=10).json()["queue"]["queued"] == 0, 300, what="the queue to drain")
-            stored = {marker: count_at(engine.url, marker) for marker in outcomes}
+            wait_until(lambda: engine_idle(engine.url, ENGINE_KEY), 300, what="the queue to drain")
+            stored = {marker: documents_at(engine.url, ENGINE_KEY, marker) for marker in outcomes}
         finally:
             stop.set()
             bridge.stop()

@@ -38,6 +38,7 @@ from common import (
     summary_ms,
     write_result,
 )
+from tests.e2e.engine_http import engine_idle
 from tests.e2e.processes import clean_env
 
 TOKEN = "bench-token-0123456789abcdef"
@@ -90,13 +91,9 @@ def load_corpus(engine: Service, docs: int) -> None:
         body = {"text": row["text"], "title": row["title"], "source_path": f"scifact/{row['_id']}", "tags": ["collection:documents"]}
         session.post(f"{engine.url}/api/v1/jobs", json=body, headers={"Idempotency-Key": f"bench-{row['_id']}"}, timeout=30).raise_for_status()
 
-    def idle() -> bool:
-        queue = session.get(f"{engine.url}/api/v1/status", timeout=10).json()["queue"]
-        return queue["queued"] == 0 and queue["running"] == 0
-
     from common import wait_until
 
-    wait_until(idle, 600, interval=0.5, what="the engine to index the corpus")
+    wait_until(lambda: engine_idle(engine.url, ENGINE_KEY), 600, interval=0.5, what="the engine to index the corpus")
 
 
 def start_reference(tmp: Path, engine_url: str) -> Service:
@@ -117,6 +114,19 @@ def start_reference(tmp: Path, engine_url: str) -> Service:
     return service
 
 
+def start_indexed_engine(tmp: Path, docs: int) -> Service:
+    """The local engine, full-text only (its own latency small and steady), holding `docs` SciFact
+    abstracts; stopped again if indexing fails."""
+    engine = start_engine(tmp, tmp / "engine", env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"})
+    try:
+        progress(f"indexing {docs} SciFact abstracts …")
+        load_corpus(engine, docs)
+    except BaseException:
+        engine.stop()
+        raise
+    return engine
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=600)
@@ -126,11 +136,9 @@ def main() -> None:
     queries = claims(args.rounds + args.warmup)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        engine = start_engine(tmp, tmp / "engine", env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"})
+        engine = start_indexed_engine(tmp, args.docs)
         services: list[Service] = [engine]
         try:
-            progress(f"indexing {args.docs} SciFact abstracts …")
-            load_corpus(engine, args.docs)
             env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": TOKEN}
             bridge = start_bridge(tmp, env, workers=2, app="bench_apps:bridge_app()", pythonpath=BENCH)
             services.append(bridge)

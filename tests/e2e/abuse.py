@@ -11,20 +11,25 @@ import threading
 from tests.e2e.mcp_client import MODERN_META
 
 
+def raw_search_call(port: int, token: str, call_id: int, query: str) -> bytes:
+    """A complete HTTP/1.1 request for one 2026-07-28 kb_search call, to write on a raw connection."""
+    body = json.dumps({"jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+                       "params": {"name": "kb_search", "arguments": {"query": query}, "_meta": MODERN_META}}).encode()
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        f"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: kb_search\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
 async def open_and_call(port: int, token: str, count: int) -> tuple[list[tuple[str, str]], list[asyncio.StreamWriter]]:
     """`count` clients, each on its own connection, each sending one call and never closing."""
 
     async def one(i: int) -> tuple[tuple[str, str], asyncio.StreamWriter]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         query = f"client-{i}"
-        body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                           "params": {"name": "kb_search", "arguments": {"query": query}, "_meta": MODERN_META}}).encode()
-        head = (
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
-            f"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: kb_search\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        writer.write(head + body)
+        writer.write(raw_search_call(port, token, i, query))
         await writer.drain()
         status_line = await asyncio.wait_for(reader.readline(), 60)
         length = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx2
 import requests
@@ -39,6 +40,12 @@ def modern_call(url: str, token: str | None, tool: str, arguments: dict[str, obj
     response = requests.post(url + "/mcp", json=body, headers=headers, timeout=timeout)
     response.raise_for_status()
     return dict(response.json())
+
+
+def error_code(reply: dict[str, Any]) -> str | None:
+    """The stable error code of a tools/call reply, or None when the call succeeded."""
+    result = reply.get("result") or {}
+    return str(result["structuredContent"]["error"]["code"]) if result.get("isError") else None
 
 
 def wait_for_job(url: str, token: str | None, job_id: int, timeout: float = 180) -> dict[str, object]:

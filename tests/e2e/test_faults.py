@@ -12,13 +12,13 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
 from tests.e2e.faultproxy import Fault, FaultProxy
-from tests.e2e.mcp_client import modern_call
+from tests.e2e.engine_http import documents_at, engine_idle
+from tests.e2e.mcp_client import error_code, modern_call
 from tests.e2e.processes import Service, connections_of, free_port, start_bridge, start_engine, wait_until, worker_pids
 from tests.e2e.standin import StandInEngine
 
@@ -33,23 +33,6 @@ def fts_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"})
     yield service
     service.stop()
-
-
-def documents_at(engine_url: str, source_path: str) -> int:
-    response = requests.get(f"{engine_url}/api/v1/documents", params={"source_path": source_path},
-                            headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=30)
-    response.raise_for_status()
-    return int(response.json()["total"])
-
-
-def engine_idle(engine_url: str) -> bool:
-    status = requests.get(f"{engine_url}/api/v1/status", headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=10).json()
-    return status["queue"]["queued"] == 0 and status["queue"]["running"] == 0
-
-
-def error_code(reply: dict[str, Any]) -> str | None:
-    result = reply.get("result") or {}
-    return result["structuredContent"]["error"]["code"] if result.get("isError") else None
 
 
 def bridge_through(proxy_url: str, tmp: Path, **env: str) -> Service:
@@ -70,7 +53,7 @@ def test_34_a_lost_answer_to_a_keyed_write_is_retried_and_writes_once(fts_engine
         posts = [headers for method, path, headers in proxy.seen if method == "POST" and path.startswith("/api/v1/jobs")]
     assert error_code(reply) is None, reply
     assert len(posts) == 2 and posts[0]["Idempotency-Key"] == posts[1]["Idempotency-Key"]
-    assert documents_at(fts_engine.url, "faults/once") == 1
+    assert documents_at(fts_engine.url, ENGINE_KEY, "faults/once") == 1
 
 
 def test_34_a_write_whose_answer_is_always_lost_is_reported_as_unknown(fts_engine: Service, tmp_path: Path) -> None:
@@ -181,8 +164,8 @@ def test_engine_killed_and_restarted_under_mixed_load_writes_nothing_twice(tmp_p
             stop.set()
             for future in futures:
                 future.result(60)
-        wait_until(lambda: engine_idle(engine.url), 120, what="the engine to finish the queue")
-        counts = {marker: documents_at(engine.url, marker) for marker in outcomes}
+        wait_until(lambda: engine_idle(engine.url, ENGINE_KEY), 120, what="the engine to finish the queue")
+        counts = {marker: documents_at(engine.url, ENGINE_KEY, marker) for marker in outcomes}
     finally:
         stop.set()
         bridge.stop()

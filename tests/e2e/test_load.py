@@ -5,7 +5,6 @@ speed."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,13 +13,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.abuse import open_and_call, slowloris
-from tests.e2e.mcp_client import MODERN_META, modern_call
+from tests.e2e.abuse import open_and_call, raw_search_call, slowloris
+from tests.e2e.mcp_client import modern_call
 from tests.e2e.processes import Service, connections_of, start_bridge, wait_until, worker_pids
 from tests.e2e.standin import StandInEngine
 
 TOKEN = "agent-token-load-0123456789abcdef"
-LIST_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN_META}})
 
 
 @pytest.fixture
@@ -111,14 +109,14 @@ def test_connections_per_worker_are_bounded(tmp_path: Path) -> None:
         try:
             (worker,) = worker_pids(bridge)
 
-            async def flood() -> tuple[list[int | str], int | str]:
+            async def flood() -> tuple[list[int | str], int]:
                 statuses: list[int | str] = []
                 writers = []
                 try:
-                    for _ in range(30):  # one after another, each left open after its answer
+                    for i in range(30):  # one after another, each left open after its answer
                         reader, writer = await asyncio.open_connection("127.0.0.1", port)
                         writers.append(writer)
-                        statuses.append(await _call_and_status(reader, writer, port))
+                        statuses.append(await _call_and_status(reader, writer, port, i))
                     beyond = await asyncio.to_thread(_status_of_one_call, bridge.url)
                 finally:
                     for writer in writers:
@@ -136,28 +134,17 @@ def test_connections_per_worker_are_bounded(tmp_path: Path) -> None:
     assert after == 200
 
 
-async def _call_and_status(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> int | str:
-    body = LIST_BODY.encode()
-    writer.write((
-        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
-        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
-        f"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body)
+async def _call_and_status(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int, i: int) -> int | str:
+    writer.write(raw_search_call(port, TOKEN, i, f"idle-{i}"))
     await writer.drain()
-    try:
-        status_line = await asyncio.wait_for(reader.readline(), 5)
-    except TimeoutError:
-        return "no answer"  # accepted by the kernel, never taken by the worker
+    status_line = await asyncio.wait_for(reader.readline(), 10)
     # The body is left unread: the connection stays open and idle, which is the point.
     return int(status_line.split()[1]) if status_line else "closed"
 
 
-def _status_of_one_call(url: str) -> int | str:
+def _status_of_one_call(url: str) -> int:
     try:
-        response = requests.post(url + "/mcp", timeout=5, headers={
-            "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
-            "Mcp-Method": "tools/list"}, data=LIST_BODY)
-        return response.status_code
-    except requests.RequestException as exc:  # gunicorn's own worker does not take the connection
-        return type(exc).__name__
+        modern_call(url, TOKEN, "kb_search", {"query": "probe"}, timeout=10)
+    except requests.HTTPError as exc:
+        return exc.response.status_code
+    return 200
