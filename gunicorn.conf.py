@@ -1,4 +1,7 @@
 # gunicorn configuration for kb-bridge: `gunicorn -c gunicorn.conf.py kb_bridge.asgi:app`.
-# Every value comes from environment variables through kb_bridge.settings (see the README's
-# configuration table); the reasons for each setting are in kb_bridge/gunicorn_config.py.
-from kb_bridge.gunicorn_config import *  # noqa: F401,F403
+# gunicorn executes this file when it starts: that is when the settings are read (from KB_*
+# environment variables, see the README's configuration table). The reasons for each value are
+# in kb_bridge/serving/gunicorn.py.
+from kb_bridge.serving.gunicorn import gunicorn_options
+
+globals().update(gunicorn_options())

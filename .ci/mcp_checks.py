@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from kb_bridge.testing.processes import start_bridge, start_engine
 
-from tests.e2e.processes import start_bridge, start_engine  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 NODE_MODULES = REPO / ".ci" / "node" / "node_modules"
 TOKEN = "ci-inspector-token-0123456789abcdef"

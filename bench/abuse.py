@@ -19,9 +19,9 @@ from typing import Any
 
 from common import McpHttp, progress, start_bridge, summary_ms, vm_rss_kib, worker_pids, write_result
 from concurrency import TOKEN, wrk
-from tests.e2e.abuse import open_and_call, slowloris
-from tests.e2e.processes import connections_of, wait_until
-from tests.e2e.standin import StandInEngine
+from kb_bridge.testing.abuse import open_and_call, slowloris
+from kb_bridge.testing.processes import connections_of, wait_until
+from kb_bridge.testing.standin import StandInEngine
 
 
 def normal_latency(client: McpHttp, count: int = 60) -> dict[str, float]:

@@ -10,27 +10,34 @@
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import shapes, tools
-from kb_bridge.app import BridgeApp, create_app
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
+from kb_bridge.protocol.app import BridgeApp, create_app
 from kb_bridge.settings import load_settings
+from kb_bridge.tools import arguments as a
 from kb_bridge.tools import search
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 ECHO_DESCRIPTION = "Return the text given (benchmark tool: no engine call)."
 
 
-def _echo(ctx: ToolContext, arguments: Arguments) -> Result:
-    return {"text": arguments["text"]}
+@dataclass(frozen=True, kw_only=True)
+class EchoArguments:
+    text: str = a.field({"type": "string", "maxLength": 1000})
+
+
+def _echo(ctx: ToolContext, args: EchoArguments) -> Result:
+    return {"text": args.text}
 
 
 ECHO = ToolSpec(
     name="kb_echo",
     title="Echo",
     description=ECHO_DESCRIPTION,
-    input_schema={"type": "object", "properties": {"text": {"type": "string", "maxLength": 1000}}, "required": ["text"], "additionalProperties": False},
+    arguments=EchoArguments,
     output_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     handler=_echo,
     render=lambda result: result["text"],
@@ -69,9 +76,7 @@ def reference_app() -> Any:
     @server.tool()
     def kb_search(query: str, top: int = 10, fts_only: bool = False) -> dict[str, Any]:
         """Search the knowledge base."""
-        arguments: dict[str, Any] = {"query": query, "top": top}
-        if fts_only:
-            arguments["fts_only"] = True
+        arguments = search.SearchArguments(query=query, top=top, fts_only=True if fts_only else None)
         raw = engine.search(search.engine_request(arguments))
         return {"query": query, "mode": raw.get("mode"), "results": [shapes.chunk(hit) for hit in shapes.listed(raw, "results")]}
 

@@ -14,10 +14,9 @@ from typing import Any
 
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from kb_bridge.testing.processes import Service, free_port, start_bridge, start_engine, wait_until, worker_pids  # noqa: F401
 
-from tests.e2e.processes import Service, free_port, start_bridge, start_engine, wait_until, worker_pids  # noqa: E402,F401
+REPO = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO / "bench" / "results"
 BENCH = str(REPO / "bench")

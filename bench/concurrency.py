@@ -25,7 +25,7 @@ from typing import Any
 
 from common import BENCH, MODERN_META, progress, start_bridge, wait_until, write_result
 from overhead import start_reference
-from tests.e2e.standin import StandInEngine
+from kb_bridge.testing.standin import StandInEngine
 
 TOKEN = "bench-token-0123456789abcdef"
 

@@ -53,7 +53,7 @@ def main() -> None:
 def measure(url: str, queries: list[str], warmup: int) -> dict[str, list[float]]:
     # Settings are read from the environment, as in the bridge; set before the client is built.
     os.environ.update({"KB_ENGINE_URL": url, "KB_API_KEY": ENGINE_KEY})
-    from kb_bridge.engine_client import EngineClient
+    from kb_bridge.client.engine import EngineClient
     from kb_bridge.settings import load_settings
 
     bridge_client = EngineClient(load_settings().engine)

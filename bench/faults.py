@@ -22,8 +22,8 @@ from typing import Any
 
 
 from common import progress, start_bridge, start_engine, summary_ms, wait_until, write_result
-from tests.e2e.engine_http import documents_at, engine_idle
-from tests.e2e.mcp_client import error_code, modern_call
+from kb_bridge.testing.engine_http import documents_at, engine_idle
+from kb_bridge.testing.mcp_http import error_code, modern_call
 
 TOKEN = "bench-token-0123456789abcdef"
 ENGINE_KEY = "bench-engine-key-0123456789"
@@ -40,7 +40,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         env = {"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"}
-        from tests.e2e.processes import free_port
+        from kb_bridge.testing.processes import free_port
 
         port = free_port()
         engine = start_engine(tmp, tmp / "data", env=env, port=port)

@@ -38,8 +38,8 @@ from common import (
     summary_ms,
     write_result,
 )
-from tests.e2e.engine_http import engine_idle
-from tests.e2e.processes import clean_env
+from kb_bridge.testing.engine_http import engine_idle
+from kb_bridge.testing.processes import clean_env
 
 TOKEN = "bench-token-0123456789abcdef"
 ENGINE_KEY = "bench-engine-key-0123456789"

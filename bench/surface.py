@@ -11,7 +11,7 @@ import json
 from common import write_result
 
 from kb_bridge import tools
-from kb_bridge.mcp_server import to_mcp_tool
+from kb_bridge.protocol.results import to_mcp_tool
 from kb_bridge.settings import McpSettings
 
 

@@ -29,7 +29,7 @@ MIB = 1024 * 1024
 
 def make_file(size: int) -> bytes:
     # A tiny valid PDF followed by random bytes: the engine indexes it quickly, every byte counts.
-    from tests.helpers import minimal_pdf
+    from kb_bridge.testing.files import minimal_pdf
 
     return minimal_pdf(["Upload benchmark file."]) + os.urandom(size)
 

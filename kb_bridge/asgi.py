@@ -4,6 +4,6 @@ The one module where building the app at import is the point: gunicorn imports i
 worker. Everything else builds nothing at import time.
 """
 
-from kb_bridge.app import create_app
+from kb_bridge.protocol.app import create_app
 
 app = create_app()

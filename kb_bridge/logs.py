@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from kb_bridge import context
+from kb_bridge import access_log
 
 FIELDS = "fields"
 
@@ -43,7 +43,7 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process or os.getpid(),
             "msg": record.getMessage(),
         }
-        rid = context.request_id.get()
+        rid = access_log.request_id.get()
         if rid is not None:
             entry["request_id"] = rid
         entry.update(fields_of(record))

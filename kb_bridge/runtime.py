@@ -12,24 +12,16 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from asgiref.sync import sync_to_async
 
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
 from kb_bridge.metrics import Metrics, PrometheusMetrics
 from kb_bridge.settings import Settings
-from kb_bridge.uploads.directory import DirectoryStore
+from kb_bridge.uploads.factory import make_upload_store
 from kb_bridge.uploads.store import UploadStore
 from kb_bridge.uploads.sweeper import Sweeper
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def make_upload_store(settings: Settings) -> UploadStore:
-    if settings.uploads.store_url is not None:
-        from kb_bridge.uploads.redis_store import RedisStore  # optional extra: imported only when configured
-
-        return RedisStore.from_url(settings.uploads.store_url, settings.uploads.ttl_seconds)
-    return DirectoryStore(settings.uploads.dir)
 
 
 class Bridge:

@@ -18,7 +18,7 @@ import responses
 from hypothesis import settings as hypothesis_settings
 from mcp import Client
 
-from kb_bridge.mcp_server import build_server
+from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import EngineSettings, McpSettings, Settings, UploadSettings
 
@@ -86,7 +86,7 @@ def require(tool: str) -> str:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server on a free loopback port, for the session."""
-    from tests.e2e.processes import free_port, wait_until
+    from kb_bridge.testing.processes import free_port, wait_until
 
     server = require("redis-server")
     port = free_port()

@@ -112,7 +112,7 @@ async def test_completion_of_free_text_offers_nothing(client: Client, engine: re
 
 
 async def test_logging_set_level_is_accepted(bridge, engine: responses.RequestsMock) -> None:  # type: ignore[no-untyped-def]
-    from kb_bridge.mcp_server import build_server
+    from kb_bridge.protocol.server import build_server
 
     async with Client(build_server(bridge), mode="legacy") as client:
         with pytest.warns(Warning):  # the SDK marks logging deprecated for 2026-07-28 clients

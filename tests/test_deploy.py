@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.processes import REPO, Service, clean_env, free_port
+from kb_bridge.testing.processes import REPO, Service, clean_env, free_port
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())

@@ -9,7 +9,7 @@ import pytest
 import requests
 import responses
 
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import (
     Conflict,
     EngineAuthFailed,
@@ -25,7 +25,7 @@ from kb_bridge.errors import (
     TooLarge,
     UnsupportedType,
 )
-from kb_bridge.retry import RetryPolicy
+from kb_bridge.client.retry import RetryPolicy
 from kb_bridge.settings import EngineSettings, Secret
 from tests.conftest import API, ENGINE
 from tests.helpers import calls_to, job

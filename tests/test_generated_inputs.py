@@ -23,9 +23,9 @@ from mcp import Client
 
 from kb_bridge import tools
 from kb_bridge.errors import InvalidArgument
-from kb_bridge.mcp_server import build_server
+from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.validation import ArgumentValidator
+from kb_bridge.tools.validation import ArgumentValidator
 from tests.conftest import API, make_settings
 from tests.helpers import chunk, document, job
 from tests.strategies import arguments_for

@@ -10,7 +10,7 @@ import pytest
 import responses
 from mcp import Client
 
-from kb_bridge.mcp_server import build_server
+from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from tests.conftest import API, make_settings
 from tests.helpers import body, chunk, document, job

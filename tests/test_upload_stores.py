@@ -12,7 +12,7 @@ from kb_bridge.errors import Conflict, InvalidArgument, LimitExceeded, NotFound
 from kb_bridge.uploads.directory import DirectoryStore
 from kb_bridge.uploads.names import new_upload_id
 from kb_bridge.uploads.store import Upload, UploadStore
-from tests.e2e.processes import wait_until
+from kb_bridge.testing.processes import wait_until
 
 OWNER = "owner-a"
 

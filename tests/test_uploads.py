@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import responses
 from mcp import Client
 
-from kb_bridge.mcp_server import build_server
+from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.uploads.directory import DirectoryStore
 from kb_bridge.uploads.names import safe_filename
@@ -259,6 +260,31 @@ async def test_28_activity_postpones_expiry(client: Client, bridge: Bridge) -> N
     os.utime(directory, (time.time() - 150, time.time() - 150))  # idle for 150 s...
     await send(client, upload_id, 0, b"abc")  # ...then active again
     assert store.sweep(ttl) == 0
+
+
+async def test_28_sweeper_runs_again_after_a_lifespan_restart(tmp_path: Path) -> None:
+    """Stopping and starting the bridge (as an ASGI lifespan restart does) leaves a working sweeper:
+    an upload that expires after the restart is swept."""
+    from kb_bridge.errors import NotFound
+    from kb_bridge.uploads.names import new_upload_id
+    from kb_bridge.uploads.store import Upload
+
+    bridge = Bridge(make_settings(tmp_path, uploads={"ttl_seconds": 1, "sweep_interval": 0.05}))
+    async with bridge.lifespan(None):
+        pass  # the first life ends: the sweeper is stopped
+    async with bridge.lifespan(None):
+        upload_id = new_upload_id()
+        bridge.uploads.create(Upload(upload_id, "o", "f.txt", 10, [], "documents"), 10, 10**9)
+        directory = next(Path(bridge.settings.uploads.dir).glob(f"*/{upload_id}"))
+        os.utime(directory, (time.time() - 3600, time.time() - 3600))  # idle for an hour
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                bridge.uploads.get(upload_id, "o")
+            except NotFound:
+                return
+            await anyio.sleep(0.05)
+        pytest.fail("the expired upload was not swept after the lifespan restarted")
 
 
 async def test_29_per_caller_limits_refuse_start(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from mcp import Client
 
 from kb_bridge import tools
 from kb_bridge.errors import InvalidArgument
-from kb_bridge.validation import ArgumentValidator
+from kb_bridge.tools.validation import ArgumentValidator
 from tests.conftest import API
 
 pytestmark = pytest.mark.anyio

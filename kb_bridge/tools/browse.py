@@ -6,13 +6,15 @@ import base64
 import binascii
 import json
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from kb_bridge import collections, shapes
 from kb_bridge.errors import InvalidArgument, NotFound
-from kb_bridge.tools import args, render
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools import render
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 # doc_type counts in a collection's details; anything else is counted as "other".
 KNOWN_DOC_TYPES = ("note", "md", "txt", "pdf", "html", "docx")
@@ -26,20 +28,28 @@ COLLECTION_INFO = shapes.obj(
     },
     required=[],
 )
-COLLECTIONS_INPUT = args.arguments({"name": args.with_description(args.COLLECTION, "one collection's details")})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectionsArguments:
+    name: str | None = a.field(a.COLLECTION, default=None, description="one collection's details")
+
+
 COLLECTIONS_OUTPUT = shapes.obj({"collections": {"type": "array", "items": COLLECTION_INFO}})
 
-LIST_INPUT = args.arguments(
-    {
-        "collection": args.COLLECTION,
-        "tags": args.TAGS,
-        "doc_type": args.DOC_TYPE,
-        "source_path": args.SOURCE_PATH,
-        "updated_since": {"type": "string", "maxLength": 40, "description": "ISO-8601 date or date-time"},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-        "cursor": {"type": "string", "maxLength": 200, "description": "next_cursor from the previous page"},
-    }
-)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListArguments:
+    collection: str | None = a.field(a.COLLECTION, default=None)
+    tags: tuple[str, ...] = a.field(a.TAGS, default=())
+    doc_type: str | None = a.field(a.DOC_TYPE, default=None)
+    source_path: str | None = a.field(a.SOURCE_PATH, default=None)
+    updated_since: str | None = a.field({"type": "string", "maxLength": 40}, default=None, description="ISO-8601 date or date-time")
+    limit: int = a.field(a.PAGE_LIMIT, default=20)
+    cursor: str | None = a.field({"type": "string", "maxLength": 200}, default=None, description="next_cursor from the previous page")
+
+
 LIST_OUTPUT = shapes.obj(
     {"documents": {"type": "array", "items": shapes.DOCUMENT}, "total": shapes.INT, "next_cursor": shapes.OPT_STR}
 )
@@ -50,8 +60,8 @@ def _total(raw: dict[str, Any]) -> int:
     return total if isinstance(total, int) else len(shapes.listed(raw, "documents"))
 
 
-def list_collections(ctx: ToolContext, arguments: Arguments) -> Result:
-    name = arguments.get("name")
+def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
+    name = args.name
     if name is None:
         raw = ctx.engine.list_tags(prefix=collections.PREFIX)
         found = []
@@ -111,17 +121,17 @@ def _check_timestamp(value: str) -> str:
     return value
 
 
-def list_documents(ctx: ToolContext, arguments: Arguments) -> Result:
-    limit = arguments.get("limit", 20)
-    offset = decode_cursor(arguments["cursor"]) if "cursor" in arguments else 0
-    params: list[tuple[str, Any]] = [("limit", limit), ("offset", offset)]
-    tags = collections.tags_with_collection(arguments.get("collection"), arguments.get("tags", []))
+def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
+    offset = decode_cursor(args.cursor) if args.cursor is not None else 0
+    params: list[tuple[str, Any]] = [("limit", args.limit), ("offset", offset)]
+    tags = collections.tags_with_collection(args.collection, args.tags)
     params += [("tag", tag) for tag in tags]
     for key in ("doc_type", "source_path"):
-        if key in arguments:
-            params.append((key, arguments[key]))
-    if "updated_since" in arguments:
-        params.append(("updated_since", _check_timestamp(arguments["updated_since"])))
+        value = getattr(args, key)
+        if value is not None:
+            params.append((key, value))
+    if args.updated_since is not None:
+        params.append(("updated_since", _check_timestamp(args.updated_since)))
     raw = ctx.engine.list_documents(params)
     documents = [shapes.document(d) for d in shapes.listed(raw, "documents")]
     total = _total(raw)
@@ -154,7 +164,7 @@ TOOLS = [
         title="Collections",
         description="List the collections with their document counts, or give name for one collection's "
         "details (counts by doc_type, latest update).",
-        input_schema=COLLECTIONS_INPUT,
+        arguments=CollectionsArguments,
         output_schema=COLLECTIONS_OUTPUT,
         handler=list_collections,
         render=render_collections,
@@ -166,7 +176,7 @@ TOOLS = [
         title="List documents",
         description="Browse documents by metadata (collection, tags, doc_type, source_path, updated_since), "
         "newest update first, a page at a time (cursor). Use kb_search to find by content.",
-        input_schema=LIST_INPUT,
+        arguments=ListArguments,
         output_schema=LIST_OUTPUT,
         handler=list_documents,
         render=render_list,

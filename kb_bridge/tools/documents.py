@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kb_bridge import shapes
 from kb_bridge.errors import InvalidArgument, NotFound
-from kb_bridge.tools import args, render
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools import render
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
-GET_INPUT = args.arguments({"document_id": args.DOCUMENT_ID, "source_path": args.SOURCE_PATH})
+
+@dataclass(frozen=True, kw_only=True)
+class GetArguments:
+    document_id: int | None = a.field(a.DOCUMENT_ID, default=None)
+    source_path: str | None = a.field(a.SOURCE_PATH, default=None)
+
+
 GET_OUTPUT = shapes.obj({"documents": {"type": "array", "items": shapes.FULL_DOCUMENT}})
 
 # A source path should name one document; a page this size is plenty and bounds the reply.
 _SOURCE_PATH_LIMIT = 50
 
 
-def get(ctx: ToolContext, arguments: Arguments) -> Result:
+def get(ctx: ToolContext, args: GetArguments) -> Result:
     # "Exactly one of" is checked here rather than with oneOf: several clients reject
     # top-level oneOf/anyOf in tool input schemas.
-    has_id, has_path = "document_id" in arguments, "source_path" in arguments
-    if has_id == has_path:
+    if (args.document_id is None) == (args.source_path is None):
         raise InvalidArgument("document_id", "give exactly one of document_id or source_path")
-    if has_id:
-        return {"documents": [shapes.document(ctx.engine.get_document(arguments["document_id"]), full=True)]}
-    raw = ctx.engine.list_documents([("source_path", arguments["source_path"]), ("limit", _SOURCE_PATH_LIMIT)])
+    if args.document_id is not None:
+        return {"documents": [shapes.document(ctx.engine.get_document(args.document_id), full=True)]}
+    raw = ctx.engine.list_documents([("source_path", args.source_path), ("limit", _SOURCE_PATH_LIMIT)])
     return {"documents": [shapes.document(d) for d in shapes.listed(raw, "documents")]}
 
 
@@ -38,7 +46,7 @@ TOOLS = [
             "Fetch one document by document_id (with its full text and chunks) or the documents "
             "stored under an exact source_path (metadata only). Give exactly one of the two."
         ),
-        input_schema=GET_INPUT,
+        arguments=GetArguments,
         output_schema=GET_OUTPUT,
         handler=get,
         render=render_get,
@@ -48,13 +56,19 @@ TOOLS = [
 ]
 
 
-DELETE_INPUT = args.arguments({"document_id": args.DOCUMENT_ID}, required=("document_id",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteArguments:
+    document_id: int = a.field(a.DOCUMENT_ID)
+
+
 DELETE_OUTPUT = shapes.obj({"document_id": shapes.INT, "deleted": {"type": "boolean"}})
 
 
-def delete(ctx: ToolContext, arguments: Arguments) -> Result:
+def delete(ctx: ToolContext, args: DeleteArguments) -> Result:
     """Deleting is idempotent in outcome: a document already gone reports deleted=false, no error."""
-    document_id = arguments["document_id"]
+    document_id = args.document_id
     try:
         ctx.engine.delete_document(document_id)
     except NotFound:
@@ -73,7 +87,7 @@ TOOLS.append(
         name="kb_delete",
         title="Delete a document",
         description="Delete a document (note or file) and its chunks for good. Deleting one that is already gone is not an error.",
-        input_schema=DELETE_INPUT,
+        arguments=DeleteArguments,
         output_schema=DELETE_OUTPUT,
         handler=delete,
         render=render_delete,

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import collections, shapes
-from kb_bridge.errors import Conflict, EngineUnsupported, IngestionFailed, InvalidArgument, NotANote, NotFound
-from kb_bridge.tools import args, render
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.errors import Conflict, IngestionFailed, InvalidArgument, NotANote, NotFound
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools import render
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
-ADDNOTE_INPUT = args.arguments(
-    {
-        "text": args.NOTE_TEXT,
-        "tags": args.TAGS,
-        "collection": args.with_description(args.COLLECTION, "default: documents; use memory for agent memory"),
-        "title": args.TITLE,
-        "source_path": args.SOURCE_PATH,
-        "wait": args.with_description({"type": "boolean"}, "wait until the note is searchable; returns its document_id"),
-    },
-    required=("text",),
-)
+@dataclass(frozen=True, kw_only=True)
+class AddNoteArguments:
+    text: str = a.field(a.NOTE_TEXT)
+    tags: tuple[str, ...] = a.field(a.TAGS, default=())
+    collection: str = a.field(a.COLLECTION, default=collections.DEFAULT, description="use memory for agent memory")
+    title: str | None = a.field(a.TITLE, default=None)
+    source_path: str | None = a.field(a.SOURCE_PATH, default=None)
+    wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the note is searchable; returns its document_id")
+
+
 ADDNOTE_OUTPUT = shapes.obj(
     {
         "job_id": shapes.INT,
@@ -32,30 +33,30 @@ ADDNOTE_OUTPUT = shapes.obj(
     }
 )
 
-UPDATE_INPUT = args.arguments(
-    {
-        "document_id": args.DOCUMENT_ID,
-        "text": args.NOTE_TEXT,
-        "title": args.TITLE,
-        "collection": args.with_description(args.COLLECTION, "move the note to this collection"),
-        "expected_version": args.with_description(
-            {"type": "integer", "minimum": 1}, "refuse with CONFLICT if the note changed since this version"
-        ),
-    },
-    required=("document_id",),
-)
 
 
-def addnote(ctx: ToolContext, arguments: Arguments) -> Result:
-    collection = arguments.get("collection", collections.DEFAULT)
-    user_tags = collections.check_user_tags(arguments.get("tags", []))
-    body: dict[str, Any] = {"text": arguments["text"], "tags": collections.tags_with_collection(collection, user_tags)}
+@dataclass(frozen=True, kw_only=True)
+class UpdateNoteArguments:
+    document_id: int = a.field(a.DOCUMENT_ID)
+    text: str | None = a.field(a.NOTE_TEXT, default=None)
+    title: str | None = a.field(a.TITLE, default=None)
+    collection: str | None = a.field(a.COLLECTION, default=None, description="move the note to this collection")
+    expected_version: int | None = a.field(
+        {"type": "integer", "minimum": 1}, default=None, description="refuse with CONFLICT if the note changed since this version"
+    )
+
+
+def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
+    collection = args.collection
+    user_tags = collections.check_user_tags(args.tags)
+    body: dict[str, Any] = {"text": args.text, "tags": collections.tags_with_collection(collection, user_tags)}
     for key in ("title", "source_path"):
-        if key in arguments:
-            body[key] = arguments[key]
+        value = getattr(args, key)
+        if value is not None:
+            body[key] = value
     # One key per tool call: the client's retries of this call can never make two notes.
     job = shapes.job(ctx.engine.create_note_job(body, idempotency_key=str(uuid.uuid4())))
-    if arguments.get("wait"):
+    if args.wait:
         job = wait_for_job(ctx, job, ctx.settings.mcp.wait_seconds)
     return {
         "job_id": job["id"],
@@ -82,11 +83,11 @@ def wait_for_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[
     return job
 
 
-def update_note(ctx: ToolContext, arguments: Arguments) -> Result:
-    document_id = arguments["document_id"]
-    expected = arguments.get("expected_version")
-    changes: dict[str, Any] = {key: arguments[key] for key in ("text", "title") if key in arguments}
-    new_collection = arguments.get("collection")
+def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
+    document_id = args.document_id
+    expected = args.expected_version
+    changes: dict[str, Any] = {key: getattr(args, key) for key in ("text", "title") if getattr(args, key) is not None}
+    new_collection = args.collection
     if not changes and new_collection is None:
         raise InvalidArgument("text", "give at least one of text, title or collection to change")
     if changes:
@@ -112,7 +113,7 @@ def _patch(ctx: ToolContext, document_id: int, changes: dict[str, Any], expected
         current = shapes.document(ctx.engine.get_document(document_id))
         raise _version_conflict(current["version"]) from None
     except NotFound:
-        _require_note_mutation(ctx)
+        ctx.engine.require_note_updates()  # on an engine too old for PATCH /notes, 404 means "no such endpoint"
         raise
 
 
@@ -121,14 +122,6 @@ def _version_conflict(current: int | None) -> Conflict:
         f"the note changed since the version you expected (now version {current}); re-read it with kb_get and retry",
         current_version=current,
     )
-
-
-def _require_note_mutation(ctx: ToolContext) -> None:
-    """A 404 from PATCH /notes on an engine older than 3.0.0 means the endpoint does not exist."""
-    version = str(ctx.engine.status().get("version", ""))
-    major = version.split(".", 1)[0]
-    if major.isdigit() and int(major) < 3:
-        raise EngineUnsupported(f"the kb engine (version {version}) is older than 3.0.0 and cannot update notes")
 
 
 def _move(ctx: ToolContext, document_id: int, collection: str) -> Result:
@@ -166,7 +159,7 @@ TOOLS = [
             "Use collection 'memory' for agent memory. Returns a job id; the note is searchable once indexed. "
             "To change an existing note use kb_update_note instead of adding a duplicate."
         ),
-        input_schema=ADDNOTE_INPUT,
+        arguments=AddNoteArguments,
         output_schema=ADDNOTE_OUTPUT,
         handler=addnote,
         render=render_addnote,
@@ -180,7 +173,7 @@ TOOLS = [
             "collection. Pass expected_version (from kb_get) to refuse silently overwriting a newer change. "
             "Only notes can be updated, not uploaded files."
         ),
-        input_schema=UPDATE_INPUT,
+        arguments=UpdateNoteArguments,
         output_schema=shapes.DOCUMENT,
         handler=update_note,
         render=render_document,

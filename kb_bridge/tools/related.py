@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import shapes
 from kb_bridge.errors import Conflict, EngineUnsupported, InvalidArgument, NotFound
-from kb_bridge.tools import args, render
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools import render
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
-RELATED_INPUT = args.arguments(
-    {
-        "chunk_id": args.DOCUMENT_ID,
-        "document_id": args.DOCUMENT_ID,
-        "top": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5},
-        "context": {"type": "boolean", "description": "include each hit's neighbouring chunks"},
-    }
-)
+
+@dataclass(frozen=True, kw_only=True)
+class RelatedArguments:
+    chunk_id: int | None = a.field(a.DOCUMENT_ID, default=None)
+    document_id: int | None = a.field(a.DOCUMENT_ID, default=None)
+    top: int = a.field({"type": "integer", "minimum": 1, "maximum": 20}, default=5)
+    context: bool = a.field(a.BOOLEAN, default=False, description="include each hit's neighbouring chunks")
+
+
 CONTEXT = {"type": ["object", "null"], "properties": {"before": shapes.OPT_STR, "after": shapes.OPT_STR}}
 RELATED_OUTPUT = shapes.obj(
     {
@@ -26,20 +29,22 @@ RELATED_OUTPUT = shapes.obj(
 )
 
 
-def related(ctx: ToolContext, arguments: Arguments) -> Result:
-    has_chunk, has_doc = "chunk_id" in arguments, "document_id" in arguments
-    if has_chunk == has_doc:
+def related(ctx: ToolContext, args: RelatedArguments) -> Result:
+    if args.chunk_id is not None and args.document_id is None:
+        chunk_id = args.chunk_id
+    elif args.document_id is not None and args.chunk_id is None:
+        chunk_id = _first_chunk(ctx, args.document_id)
+    else:
         raise InvalidArgument("chunk_id", "give exactly one of chunk_id or document_id")
-    chunk_id = arguments["chunk_id"] if has_chunk else _first_chunk(ctx, arguments["document_id"])
     source = shapes.chunk(ctx.engine.get_chunk(chunk_id))
     try:
-        raw = ctx.engine.related_chunks(chunk_id, arguments.get("top", 5))
+        raw = ctx.engine.related_chunks(chunk_id, args.top)
     except Conflict:
         raise EngineUnsupported("related chunks need the engine's vector index, and it has none (full-text only)") from None
     hits = [shapes.chunk(hit) for hit in shapes.listed(raw, "results")]
     documents: dict[int, list[dict[str, Any]]] = {}
     for hit in hits:
-        hit["context"] = _context(ctx, hit, documents) if arguments.get("context") else None
+        hit["context"] = _context(ctx, hit, documents) if args.context else None
     return {"source": {"chunk_id": source["chunk_id"], "document_id": source["document_id"]}, "results": hits}
 
 
@@ -84,7 +89,7 @@ TOOLS = [
         title="Related chunks",
         description="Chunks from other documents most similar in meaning to a chunk (or to a document's first "
         "chunk). context=true adds each hit's neighbouring chunks.",
-        input_schema=RELATED_INPUT,
+        arguments=RelatedArguments,
         output_schema=RELATED_OUTPUT,
         handler=related,
         render=render_related,

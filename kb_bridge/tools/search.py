@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import collections, shapes
-from kb_bridge.tools import args, render
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools import render
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 DESCRIPTION = (
     "Search the knowledge base; returns the best-matching chunks with their document ids. "
@@ -15,39 +17,39 @@ DESCRIPTION = (
     "chunk_id; then rerank by reading them yourself. mode: hybrid (default), fts (exact words), vector (meaning)."
 )
 
-INPUT = args.arguments(
-    {
-        "query": args.QUERY,
-        "top": args.TOP,
-        "tags": args.TAGS,
-        "doc_type": args.DOC_TYPE,
-        "collection": args.COLLECTION,
-        "fts_only": {"type": "boolean"},
-        "mode": args.MODE,
-    },
-    required=("query",),
-)
+
+@dataclass(frozen=True, kw_only=True)
+class SearchArguments:
+    query: str = a.field(a.QUERY)
+    top: int = a.field(a.TOP, default=10)
+    tags: tuple[str, ...] = a.field(a.TAGS, default=())
+    doc_type: str | None = a.field(a.DOC_TYPE, default=None)
+    collection: str | None = a.field(a.COLLECTION, default=None)
+    fts_only: bool | None = a.field(a.BOOLEAN, default=None)
+    mode: str | None = a.field(a.MODE, default=None)
+
 
 OUTPUT = shapes.obj({"query": shapes.STR, "mode": shapes.STR, "results": {"type": "array", "items": shapes.CHUNK}})
 
 
-def engine_request(arguments: Arguments) -> dict[str, Any]:
-    """The engine's search body for these (validated) arguments."""
-    body: dict[str, Any] = {"query": arguments["query"], "top_n": arguments.get("top", 10)}
-    tags = collections.tags_with_collection(arguments.get("collection"), arguments.get("tags", []))
+def engine_request(args: SearchArguments) -> dict[str, Any]:
+    """The engine's search body for these (validated) arguments: only what the agent gave, plus top_n."""
+    body: dict[str, Any] = {"query": args.query, "top_n": args.top}
+    tags = collections.tags_with_collection(args.collection, args.tags)
     if tags:
         body["tags"] = tags
     for key in ("doc_type", "mode", "fts_only"):
-        if key in arguments:
-            body[key] = arguments[key]
+        value = getattr(args, key)
+        if value is not None:
+            body[key] = value
     return body
 
 
-def search(ctx: ToolContext, arguments: Arguments) -> Result:
-    raw = ctx.engine.search(engine_request(arguments))
-    mode = raw.get("mode") if isinstance(raw.get("mode"), str) else ("fts" if arguments.get("fts_only") else "hybrid")
+def search(ctx: ToolContext, args: SearchArguments) -> Result:
+    raw = ctx.engine.search(engine_request(args))
+    mode = raw.get("mode") if isinstance(raw.get("mode"), str) else ("fts" if args.fts_only else "hybrid")
     return {
-        "query": arguments["query"],
+        "query": args.query,
         "mode": mode,
         "results": [shapes.chunk(hit) for hit in shapes.listed(raw, "results")],
     }
@@ -58,7 +60,7 @@ TOOLS = [
         name="kb_search",
         title="Search the knowledge base",
         description=DESCRIPTION,
-        input_schema=INPUT,
+        arguments=SearchArguments,
         output_schema=OUTPUT,
         handler=search,
         render=render.search_results,

@@ -1,23 +1,25 @@
-"""What a tool is: one declaration (name, description, schemas, hints, handler, rendering).
+"""What a tool is: one declaration (name, description, argument model, output schema, hints, handler,
+rendering).
 
-The MCP layer, the README's tool table and the tests all read the same `ToolSpec` list, so a
-tool is defined exactly once. Handlers are plain synchronous functions of
-`(ToolContext, arguments) -> structured result`; they raise `KbError` for failures the agent
-should see, and never touch MCP types.
+The MCP layer, the README's tool table and the tests all read the same `ToolSpec` list, so a tool is
+defined exactly once. Handlers are plain synchronous functions of `(ToolContext, arguments model) ->
+structured result`; they raise `KbError` for failures the agent should see, and never touch MCP types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kb_bridge.auth.principal import LOCAL, Principal
+from kb_bridge.tools.arguments import ArgumentParser
+
 if TYPE_CHECKING:
-    from kb_bridge.engine_client import EngineClient
+    from kb_bridge.client.engine import EngineClient
     from kb_bridge.settings import Settings
     from kb_bridge.uploads.store import UploadStore
 
-Arguments = dict[str, Any]
 Result = dict[str, Any]
 ProgressFn = Callable[[float, float | None, str | None], None]
 
@@ -33,11 +35,11 @@ class ToolContext:
     engine: EngineClient
     uploads: UploadStore
     settings: Settings
-    caller: str  # a stable, non-secret id of the token that made the call
+    principal: Principal = LOCAL
     progress: ProgressFn = no_progress
 
 
-Handler = Callable[[ToolContext, Arguments], Result]
+Handler = Callable[[ToolContext, Any], Result]
 Renderer = Callable[[Result], str]
 
 
@@ -46,10 +48,23 @@ class ToolSpec:
     name: str
     title: str
     description: str
-    input_schema: dict[str, Any]
+    arguments: type  # the typed model of the tool's arguments (tools/arguments.py)
     output_schema: dict[str, Any]
     handler: Handler
     render: Renderer
     read_only: bool
     destructive: bool = False
     idempotent: bool = False
+    _parser: ArgumentParser[Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Built once per tool: the schema compiles once, and tools/list is a constant answer.
+        object.__setattr__(self, "_parser", ArgumentParser(self.arguments))
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return self._parser.schema
+
+    def parse(self, raw: Any) -> Any:
+        """The arguments model for a raw arguments object, or InvalidArgument naming the field."""
+        return self._parser.parse(raw)

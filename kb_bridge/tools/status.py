@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kb_bridge import __version__, shapes
-from kb_bridge.tools import args, render
-from kb_bridge.tools.spec import Arguments, Result, ToolContext, ToolSpec
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools import render
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 STATUS_OUTPUT = shapes.obj(
     {"bridge": shapes.obj({"version": shapes.STR}), "engine": {"type": "object"}},
 )
-JOBS_INPUT = args.arguments(
-    {"status": args.JOB_STATUS, "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}}
-)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobsArguments:
+    status: str | None = a.field(a.JOB_STATUS, default=None)
+    limit: int = a.field(a.PAGE_LIMIT, default=20)
+
+
 JOBS_OUTPUT = shapes.obj({"jobs": {"type": "array", "items": shapes.JOB}, "total": shapes.INT})
 
 
-def status(ctx: ToolContext, arguments: Arguments) -> Result:
+def status(ctx: ToolContext, args: a.NoArguments) -> Result:
     # The engine's status is passed through whole: it is the engine's to define (engine-api.md).
     return {"bridge": {"version": __version__}, "engine": ctx.engine.status()}
 
 
-def jobs(ctx: ToolContext, arguments: Arguments) -> Result:
-    raw = ctx.engine.list_jobs(arguments.get("status"), arguments.get("limit", 20))
+def jobs(ctx: ToolContext, args: JobsArguments) -> Result:
+    raw = ctx.engine.list_jobs(args.status, args.limit)
     listed = [shapes.job(j) for j in shapes.listed(raw, "jobs")]
     total = raw.get("total")
     return {"jobs": listed, "total": total if isinstance(total, int) else len(listed)}
@@ -52,7 +60,7 @@ TOOLS = [
         name="kb_status",
         title="Knowledge base status",
         description="Engine health: version, embedding model, device, document and chunk counts, ingestion queue.",
-        input_schema=args.arguments({}),
+        arguments=a.NoArguments,
         output_schema=STATUS_OUTPUT,
         handler=status,
         render=render_status,
@@ -63,7 +71,7 @@ TOOLS = [
         name="kb_jobs",
         title="Ingestion jobs",
         description="Recent ingestion jobs, newest first; filter by status (queued, running, done, failed).",
-        input_schema=JOBS_INPUT,
+        arguments=JobsArguments,
         output_schema=JOBS_OUTPUT,
         handler=jobs,
         render=render_jobs,

@@ -1,7 +1,8 @@
 """The sweeper: a daemon thread per process that removes idle uploads.
 
 Every worker runs one; that is harmless because removal is guarded by the upload's lock and
-an idle check made under it. stop() wakes it at once, so shutdown never waits an interval.
+an idle check made under it. stop() wakes it at once, so shutdown never waits an interval, and a
+later start() runs it again (each run has its own stop event: a lifespan restart sweeps as before).
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ class Sweeper:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kb-upload-sweeper", daemon=True)
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(self._stop,), name="kb-upload-sweeper", daemon=True)
             self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -43,6 +49,6 @@ class Sweeper:
             logger.info("removed %d expired upload(s)", removed)
         return removed
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self._interval):
             self.sweep_once()

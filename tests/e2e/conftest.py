@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.processes import Service, start_engine
+from kb_bridge.testing.processes import Service, start_engine
 
 ENGINE_KEY = "engine-key-e2e-0123456789abcdef"
 

@@ -19,9 +19,10 @@ import requests
 from mcp import Client
 
 from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect, wait_for_job
-from tests.e2e.processes import Service, free_port, start_bridge, start_engine, tool_event_pids, wait_until
-from tests.helpers import minimal_pdf
+from tests.e2e.mcp_client import connect
+from kb_bridge.testing.mcp_http import wait_for_job
+from kb_bridge.testing.processes import Service, free_port, start_bridge, start_engine, tool_event_pids, wait_until
+from kb_bridge.testing.files import minimal_pdf
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.mcp_client import connect
-from tests.e2e.processes import REPO, child_pids, clean_env, free_port, http_ok, wait_until
-from tests.helpers import minimal_pdf
+from kb_bridge.testing.processes import REPO, child_pids, clean_env, free_port, http_ok, wait_until
+from kb_bridge.testing.files import minimal_pdf
 
 pytestmark = pytest.mark.anyio
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.faultproxy import Fault, FaultProxy
-from tests.e2e.engine_http import documents_at, engine_idle
-from tests.e2e.mcp_client import error_code, modern_call
-from tests.e2e.processes import Service, connections_of, free_port, start_bridge, start_engine, wait_until, worker_pids
-from tests.e2e.standin import StandInEngine
+from kb_bridge.testing.faultproxy import Fault, FaultProxy
+from kb_bridge.testing.engine_http import documents_at, engine_idle
+from kb_bridge.testing.mcp_http import error_code, modern_call
+from kb_bridge.testing.processes import Service, connections_of, free_port, start_bridge, start_engine, wait_until, worker_pids
+from kb_bridge.testing.standin import StandInEngine
 
 TOKEN = "agent-token-faults-0123456789abcdef"
 ENGINE_KEY = "engine-key-faults-0123456789abcdef"

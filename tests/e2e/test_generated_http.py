@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from kb_bridge import tools
 from kb_bridge.errors import InvalidArgument
-from kb_bridge.validation import ArgumentValidator
-from tests.e2e.processes import Service, start_bridge
-from tests.e2e.standin import StandInEngine
+from kb_bridge.tools.validation import ArgumentValidator
+from kb_bridge.testing.processes import Service, start_bridge
+from kb_bridge.testing.standin import StandInEngine
 from tests.strategies import JSON, TEXT, arguments_for
 
 TOKEN = "agent-token-fuzz-0123456789abcdef"

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.e2e.mcp_client import connect
-from tests.e2e.processes import Service, free_port, start_bridge, wait_until
+from kb_bridge.testing.processes import Service, free_port, start_bridge, wait_until
 
 TOKEN = "agent-token-0123456789abcdef"
 ENGINE_KEY = "engine-key-0123456789abcdef"
@@ -186,8 +186,8 @@ def test_11_without_a_key_the_default_bind_is_loopback_and_a_warning_is_logged(t
 
 
 def test_1_and_5_refused_calls_never_reach_the_engine_which_only_sees_its_own_key(tmp_path: Path) -> None:
-    from tests.e2e.mcp_client import modern_call
-    from tests.e2e.standin import StandInEngine
+    from kb_bridge.testing.mcp_http import modern_call
+    from kb_bridge.testing.standin import StandInEngine
 
     with StandInEngine() as engine:
         service = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_API_KEY": ENGINE_KEY}, workers=1)

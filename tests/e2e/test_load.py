@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.abuse import open_and_call, raw_search_call, slowloris
-from tests.e2e.mcp_client import modern_call
-from tests.e2e.processes import Service, connections_of, start_bridge, wait_until, worker_pids
-from tests.e2e.standin import StandInEngine
+from kb_bridge.testing.abuse import open_and_call, raw_search_call, slowloris
+from kb_bridge.testing.mcp_http import modern_call
+from kb_bridge.testing.processes import Service, connections_of, start_bridge, wait_until, worker_pids
+from kb_bridge.testing.standin import StandInEngine
 
 TOKEN = "agent-token-load-0123456789abcdef"
 

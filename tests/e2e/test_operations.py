@@ -12,9 +12,10 @@ import pytest
 import requests
 
 from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect, modern_call
-from tests.e2e.processes import REPO, Service, clean_env, free_port, start_bridge, tool_event_pids, wait_until
-from tests.e2e.standin import StandInEngine
+from tests.e2e.mcp_client import connect
+from kb_bridge.testing.mcp_http import modern_call
+from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, tool_event_pids, wait_until
+from kb_bridge.testing.standin import StandInEngine
 
 TOKEN = "agent-token-ops-0123456789abcdef"
 METRICS_TOKEN = "metrics-token-0123456789abcdef"

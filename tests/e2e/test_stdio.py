@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.e2e.processes import REPO, clean_env, free_port
+from kb_bridge.testing.processes import REPO, clean_env, free_port
 
 pytestmark = pytest.mark.anyio
 

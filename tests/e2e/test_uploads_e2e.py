@@ -16,9 +16,10 @@ import pytest
 import requests
 
 from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect, wait_for_job
-from tests.e2e.processes import Service, start_bridge, tool_event_pids, wait_until, worker_pids
-from tests.helpers import minimal_pdf
+from tests.e2e.mcp_client import connect
+from kb_bridge.testing.mcp_http import wait_for_job
+from kb_bridge.testing.processes import Service, start_bridge, tool_event_pids, wait_until, worker_pids
+from kb_bridge.testing.files import minimal_pdf
 
 pytestmark = pytest.mark.anyio
 

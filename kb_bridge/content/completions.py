@@ -1,10 +1,10 @@
 """Argument completion (completion/complete) for prompts and resource templates: collection
-names and tags, from the engine. Plain functions; mcp_content.py adapts them."""
+names and tags, from the engine. Plain functions; protocol/content.py adapts them."""
 
 from __future__ import annotations
 
 from kb_bridge import collections, shapes
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
 
 MAX_VALUES = 100
 

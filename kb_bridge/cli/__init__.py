@@ -17,9 +17,6 @@ from kb_bridge.settings import Settings, load_settings
 
 logger = logging.getLogger("kb_bridge.cli")
 
-GUNICORN_CONFIG = "python:kb_bridge.gunicorn_config"
-ASGI_APP = "kb_bridge.asgi:app"
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -75,18 +72,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "stdio":
         configure_logging(settings.server.log_level, settings.server.log_json)
-        from kb_bridge.stdio import run_stdio
+        from kb_bridge.protocol.stdio import run_stdio
 
         run_stdio(settings)
         return 0
     if args.command == "tools":
         return _tools(settings, args.json)
     if args.command == "check":
-        from kb_bridge.check import run_check
+        from kb_bridge.cli.check import run_check
 
         return run_check(settings, as_json=args.json)
     if args.command == "demo":
-        from kb_bridge.demo import run_demo
+        from kb_bridge.cli.demo import run_demo
 
         return run_demo(args)
     raise AssertionError(args.command)
@@ -99,19 +96,19 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers:
         os.environ["KB_WORKERS"] = str(args.workers)
     try:
-        load_settings()  # fail here, readably, rather than inside gunicorn's master
+        settings = load_settings()  # fail here, readably, rather than inside gunicorn's master
     except SettingsError as exc:
         print(f"kb-bridge: configuration error: {exc}", file=sys.stderr)
         return 2
-    argv = [sys.executable, "-m", "gunicorn", "-c", GUNICORN_CONFIG, ASGI_APP]
-    # exec: gunicorn takes this process's place (PID 1 in a container gets the signals).
-    os.execv(sys.executable, argv)
-    return 0  # not reached
+    from kb_bridge.serving.gunicorn import run_server
+
+    # gunicorn runs in this process: it is the master (PID 1 in a container gets the signals).
+    return run_server(settings)
 
 
 def _tools(settings: Settings, as_json: bool) -> int:
     from kb_bridge import tools
-    from kb_bridge.mcp_server import to_mcp_tool
+    from kb_bridge.protocol.results import to_mcp_tool
 
     listed = [to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True) for spec in tools.select(settings.mcp)]
     if as_json:

@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 
-from tests.e2e.mcp_client import MODERN_META
+from kb_bridge.testing.mcp_http import MODERN_META
 
 
 def raw_search_call(port: int, token: str, call_id: int, query: str) -> bytes:

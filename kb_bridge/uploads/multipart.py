@@ -1,4 +1,4 @@
-"""A multipart/form-data body that streams its file part, with a known length.
+"""The multipart/form-data body of a file upload to the engine, streamed, with a known length.
 
 requests sends a file-like object with `__len__` as a streamed body with Content-Length (no
 chunked encoding, which some engines cannot read), reading it block by block: the file is
@@ -97,3 +97,14 @@ class MultipartBody:
             want -= len(taken)
             out.append(taken)
         return b"".join(out)
+
+
+def file_job_body(
+    filename: str,
+    size: int,
+    chunks: Callable[[], Iterable[bytes]],
+    fields: Sequence[tuple[str, str]],
+    progress: ProgressFn | None = None,
+) -> Callable[[], MultipartBody]:
+    """What EngineClient.upload_file_job sends: a fresh body per attempt (a retry starts from byte 0)."""
+    return lambda: MultipartBody(fields, filename, size, chunks, progress=progress)

@@ -1,4 +1,4 @@
-"""EngineClient: every call the bridge makes to a kb engine (../shared/engine-api.md).
+"""EngineClient: every call the bridge makes to a kb engine (docs/engine-api.md).
 
 One `requests.Session` (pooled connections) per process, the engine key on every request,
 the retry policy from `kb_bridge.retry`, and the single translation of transport failures and
@@ -12,9 +12,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import requests
@@ -22,7 +22,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
 from kb_bridge import __version__
-from kb_bridge.context import note_engine_outcome
+from kb_bridge.access_log import note_engine_outcome
 from kb_bridge.errors import (
     Conflict,
     EngineAuthFailed,
@@ -33,6 +33,7 @@ from kb_bridge.errors import (
     EngineServerError,
     EngineTimeout,
     EngineUnavailable,
+    EngineUnsupported,
     InvalidArgument,
     KbError,
     NeverSent,
@@ -44,8 +45,8 @@ from kb_bridge.errors import (
     UnsupportedType,
 )
 from kb_bridge.metrics import Metrics
-from kb_bridge.multipart import MultipartBody, ProgressFn
-from kb_bridge.retry import RetryPolicy
+from kb_bridge.client.retry import RetryPolicy
+from kb_bridge.client.versions import version_problem
 from kb_bridge.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,16 @@ API = "/api/v1"
 _MAX_ENGINE_MESSAGE = 300
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
+
+class StreamedBody(Protocol):
+    """A request body sent as a stream with a known length (requests reads it block by block)."""
+
+    @property
+    def content_type(self) -> str: ...
+
+    def __len__(self) -> int: ...
+
+    def read(self, n: int = -1) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,12 @@ class EngineClient:
         # Probes (readiness, `kb-bridge check`) want one quick answer, not the retry budget.
         return self._json(call) if retry else self._parse(self._send(call), call)
 
+    def require_note_updates(self) -> None:
+        """EngineUnsupported when the engine is too old to update notes (client/versions.py)."""
+        problem = version_problem(self.status())
+        if problem is not None:
+            raise EngineUnsupported(f"the kb engine cannot serve this: {problem}")
+
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
         # Search changes nothing, so it is as safe to repeat as a GET.
         return self._json(Call("POST", f"{API}/search", "POST /search", "search", safe=True, json=dict(body)))
@@ -133,23 +150,16 @@ class EngineClient:
         call = Call("POST", f"{API}/jobs", "POST /jobs", "note", safe=True, write=True, json=dict(body), headers=headers)
         return self._json(call)
 
-    def upload_file_job(
-        self,
-        filename: str,
-        size: int,
-        chunks: Callable[[], Iterable[bytes]],
-        fields: Sequence[tuple[str, str]],
-        idempotency_key: str,
-        progress: ProgressFn | None = None,
-    ) -> dict[str, Any]:
-        """Stream a staged file to the engine as multipart; `chunks()` is called once per attempt."""
+    def upload_file_job(self, body: Callable[[], StreamedBody], idempotency_key: str) -> dict[str, Any]:
+        """Stream a file to the engine (multipart); `body()` makes a fresh body for each attempt, so a
+        retry starts again from byte 0."""
 
         call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True, write=True)
 
         def attempt() -> dict[str, Any]:
-            body = MultipartBody(fields, filename, size, chunks, progress=progress)
-            headers = {"Idempotency-Key": idempotency_key, "Content-Type": body.content_type}
-            sent = self._send(replace(call, headers=headers), data=body, timeout=self.settings.upload_timeout)
+            streamed = body()
+            headers = {"Idempotency-Key": idempotency_key, "Content-Type": streamed.content_type}
+            sent = self._send(replace(call, headers=headers), data=streamed, timeout=self.settings.upload_timeout)
             return self._parse(sent, call)
 
         return self._run(attempt, call)

@@ -10,10 +10,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from kb_bridge import __version__
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import KbError
 from kb_bridge.settings import Settings
-from kb_bridge.web import MIN_ENGINE_VERSION, parse_version
+from kb_bridge.client.versions import engine_version, version_problem
 
 PROBE_TIMEOUT = 5.0
 
@@ -51,10 +51,10 @@ def check_engine(settings: Settings) -> list[Check]:
         return [Check("engine", False, f"{exc.code}: {exc.message}")]
     finally:
         client.close()
-    version = str(status.get("version", ""))
-    parsed = parse_version(version)
-    if parsed is None or parsed < MIN_ENGINE_VERSION:
-        return [Check("engine", False, f"engine version {version or 'unknown'} is older than 3.0.0 (kb_update_note needs 3.0.0)")]
+    version = engine_version(status)
+    problem = version_problem(status)
+    if problem is not None:
+        return [Check("engine", False, problem)]
     model = status.get("model")
     modes = ", ".join(status.get("search_modes") or [])
     detail = f"version {version}, key accepted, model {model.get('name') if isinstance(model, dict) else 'none'}, search modes: {modes}"

@@ -1,5 +1,5 @@
-"""Resources, prompts, completions and logging/setLevel over MCP: adapters from the plain modules
-(resources.py, prompts.py, completions.py) to the protocol, with errors translated once."""
+"""Resources, prompts, completions and logging/setLevel over MCP: adapters from the plain modules of
+content/ (resources, prompts, completions) to the protocol, with errors translated once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from kb_bridge import completions, prompts, resources
+from kb_bridge.content import completions, prompts, resources
 from kb_bridge.errors import InvalidArgument, KbError, NotFound
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.browse import decode_cursor, encode_cursor

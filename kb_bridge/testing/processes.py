@@ -1,4 +1,4 @@
-"""Real processes for end-to-end tests: free loopback ports, start, wait until ready, stop.
+"""Real processes for end-to-end tests and benchmarks: free loopback ports, start, wait until ready, stop.
 
 Everything binds 127.0.0.1, waits by polling with a deadline (never a bare sleep), and is
 stopped by the test that started it, with its log shown if it failed to come up.

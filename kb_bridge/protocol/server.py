@@ -1,15 +1,14 @@
-"""The MCP layer: a low-level `mcp` Server whose tool calls run the sync handlers on a bounded
-thread pool. The only module (with app.py and stdio.py) that imports `mcp`.
+"""The MCP server: a low-level `mcp` Server whose tool calls run the sync handlers on a bounded thread
+pool.
 
-Here, once, arguments are validated against the tool's input schema, `KbError`s become
-`is_error` results with a stable code, and unexpected exceptions are logged with their
+Here, once, raw arguments are parsed into the tool's typed model (validated, errors naming the field),
+`KbError`s become `is_error` results with a stable code, and unexpected exceptions are logged with their
 traceback and reported as INTERNAL_ERROR without any detail.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -20,17 +19,16 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from kb_bridge import __version__, context, tools
+from kb_bridge import __version__, tools
+from kb_bridge.access_log import ToolCall
+from kb_bridge.auth.principal import Principal, principal_of
 from kb_bridge.errors import KbError
-from kb_bridge.mcp_content import ContentHandlers
+from kb_bridge.protocol.content import ContentHandlers
+from kb_bridge.protocol.results import error_result, success_result, to_mcp_tool
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools.spec import Arguments, ProgressFn, Result, ToolContext, ToolSpec
-from kb_bridge.validation import ArgumentValidator
+from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
 
 logger = logging.getLogger(__name__)
-
-CALLER_SCOPE_KEY = "kb.caller"
-LOCAL_CALLER = "local"
 
 INSTRUCTIONS = (
     "A knowledge base of documents and agent memory, separated by collections "
@@ -39,38 +37,13 @@ INSTRUCTIONS = (
     "update a stale note with kb_update_note rather than adding a duplicate."
 )
 
-
-def to_mcp_tool(spec: ToolSpec) -> types.Tool:
-    return types.Tool(
-        name=spec.name,
-        title=spec.title,
-        description=spec.description,
-        input_schema=spec.input_schema,
-        output_schema=spec.output_schema,
-        annotations=types.ToolAnnotations(
-            read_only_hint=spec.read_only,
-            destructive_hint=spec.destructive,
-            idempotent_hint=spec.idempotent,
-            open_world_hint=False,
-        ),
-    )
+Ctx = ServerRequestContext[Any, Any]
 
 
-def error_result(error: KbError) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{error.code}: {error.message}")],
-        structured_content={"error": error.to_dict()},
-        is_error=True,
-    )
-
-
-def caller_of(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The id the auth middleware put on the HTTP request; stdio and in-process calls are local."""
-    request = ctx.request
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict):
-        return str(scope.get(CALLER_SCOPE_KEY, LOCAL_CALLER))
-    return LOCAL_CALLER
+def request_principal(ctx: Ctx) -> Principal:
+    """The principal of the HTTP request behind this call; stdio and in-process calls are local."""
+    scope = getattr(ctx.request, "scope", None)
+    return principal_of(scope if isinstance(scope, dict) else None)
 
 
 class ToolDispatcher:
@@ -79,54 +52,48 @@ class ToolDispatcher:
     def __init__(self, bridge: Bridge, specs: list[ToolSpec]) -> None:
         self._bridge = bridge
         self._specs = {spec.name: spec for spec in specs}
-        # Built once: schemas compile once, and tools/list is a constant answer.
-        self._validators = {spec.name: ArgumentValidator(spec.input_schema) for spec in specs}
+        # Built once: tools/list is a constant answer.
         self._listing = types.ListToolsResult(tools=[to_mcp_tool(spec) for spec in specs])
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         spec = self._specs.get(name)
         return spec.input_schema if spec else None
 
-    async def list_tools(
-        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
+    async def list_tools(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return self._listing
 
-    async def call_tool(
-        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    async def call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = self._specs.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
-        caller = caller_of(ctx)
-        started = time.perf_counter()
-        trail: list[str] = []
-        context.engine_trail.set(trail)
-        # DEBUG: the success or error line that follows carries the same fields and the outcome.
-        logger.debug("mcp_tool_invoke", extra={"fields": {"event": "mcp_tool_invoke", "tool": spec.name, "caller": caller}})
+        principal = request_principal(ctx)
+        call = ToolCall(spec.name, principal.name)
         try:
-            arguments = params.arguments if params.arguments is not None else {}
-            self._validators[spec.name].check(arguments)
+            arguments = spec.parse(params.arguments if params.arguments is not None else {})
             tool_ctx = ToolContext(
                 engine=self._bridge.engine,
                 uploads=self._bridge.uploads,
                 settings=self._bridge.settings,
-                caller=caller,
+                principal=principal,
                 progress=self._progress_sink(ctx),
             )
-            result, text = await self._bridge.run(_handle_and_render, spec, tool_ctx, dict(arguments))
+            result, text = await self._bridge.run(_handle_and_render, spec, tool_ctx, arguments)
         except KbError as exc:
-            self._log_outcome(spec.name, caller, started, trail, exc.code)
+            self._finish(call, exc.code)
             return error_result(exc)
         except Exception:
             logger.exception("tool %s failed unexpectedly", spec.name)
-            self._log_outcome(spec.name, caller, started, trail, "INTERNAL_ERROR")
+            self._finish(call, "INTERNAL_ERROR")
             return error_result(KbError("an internal error occurred; it has been logged"))
-        self._log_outcome(spec.name, caller, started, trail, "ok", result)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=result)
+        self._finish(call, "ok", result)
+        return success_result(result, text)
+
+    def _finish(self, call: ToolCall, outcome: str, result: Result | None = None) -> None:
+        seconds = call.finish(outcome, _result_count(result) if result is not None else None)
+        self._bridge.metrics.tool_call(call.tool, outcome, seconds)
 
     @staticmethod
-    def _progress_sink(ctx: ServerRequestContext[Any, Any]) -> ProgressFn:
+    def _progress_sink(ctx: Ctx) -> ProgressFn:
         """A sync progress reporter for the handler's thread, built on first use (most calls
         report none). report_progress is a no-op when the client asked for no progress."""
         report: list[Callable[..., Any]] = []
@@ -141,38 +108,15 @@ class ToolDispatcher:
 
         return progress
 
-    def _log_outcome(
-        self, tool: str, caller: str, started: float, trail: list[str], outcome: str, result: dict[str, Any] | None = None
-    ) -> None:
-        duration_ms = round((time.perf_counter() - started) * 1000, 2)
-        fields: dict[str, Any] = {"tool": tool, "caller": caller, "duration_ms": duration_ms, "outcome": outcome}
-        if trail:
-            # What the engine answered, attempt by attempt (HTTP status or transport error).
-            fields["engine_status"] = trail
-        if outcome == "ok":
-            fields["event"] = "mcp_tool_success"
-            fields["result_count"] = _result_count(result or {})
-        else:
-            fields["event"] = "mcp_tool_error"
-            fields["code"] = outcome
-        access = context.access_fields.get()
-        if access is not None:
-            access.update(fields)  # the HTTP app writes it, with the status, as the request's one line
-        elif outcome == "ok":
-            logger.info("mcp_tool_success", extra={"fields": fields})
-        else:
-            logger.warning("mcp_tool_error", extra={"fields": fields})
-        self._bridge.metrics.tool_call(tool, outcome, duration_ms / 1000)
 
-
-def _handle_and_render(spec: ToolSpec, ctx: ToolContext, arguments: Arguments) -> tuple[Result, str]:
+def _handle_and_render(spec: ToolSpec, ctx: ToolContext, arguments: Any) -> tuple[Result, str]:
     """The handler and its text rendering, both on the pool thread: rendering a page of search
     results is string work that would otherwise hold up the event loop for every other request."""
     result = spec.handler(ctx, arguments)
     return result, spec.render(result)
 
 
-def _result_count(result: dict[str, Any]) -> int:
+def _result_count(result: Result) -> int:
     for key in ("results", "documents", "jobs"):
         if isinstance(result.get(key), list):
             return len(result[key])

@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 
-from tests.e2e.processes import free_port
+from kb_bridge.testing.processes import free_port
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-authorization", "proxy-authenticate"}
 

@@ -10,20 +10,12 @@ from flask import Flask, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from kb_bridge import __version__
+from kb_bridge.client.versions import engine_version, version_problem
 from kb_bridge.errors import KbError
 from kb_bridge.runtime import Bridge
 
-MIN_ENGINE_VERSION = (3, 0, 0)
 # Readiness probes run often and must answer fast, whatever the tool-call timeout is.
 READY_TIMEOUT = 2.0
-
-
-def parse_version(text: str) -> tuple[int, ...] | None:
-    parts = text.strip().lstrip("v").split("-", 1)[0].split(".")
-    try:
-        return tuple(int(p) for p in parts)
-    except ValueError:
-        return None
 
 
 def metrics_keys(bridge: Bridge) -> list[bytes]:
@@ -57,10 +49,9 @@ def create_web_app(bridge: Bridge) -> Flask:
             status = bridge.engine.status(timeout=READY_TIMEOUT, retry=False)
         except KbError as exc:
             return jsonify(ready=False, engine={"reachable": False, "error": exc.to_dict()}), 503
-        version = str(status.get("version", ""))
-        parsed = parse_version(version)
-        if parsed is None or parsed < MIN_ENGINE_VERSION:
-            problem = f"engine version {version or 'unknown'} is older than 3.0.0"
+        version = engine_version(status)
+        problem = version_problem(status)
+        if problem is not None:
             return jsonify(ready=False, engine={"reachable": True, "version": version, "error": problem}), 503
         return jsonify(ready=True, engine={"reachable": True, "version": version})
 

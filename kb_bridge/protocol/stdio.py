@@ -9,7 +9,7 @@ from __future__ import annotations
 import anyio
 from mcp.server.stdio import stdio_server
 
-from kb_bridge.mcp_server import build_server
+from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import Settings
 

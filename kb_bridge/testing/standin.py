@@ -14,7 +14,7 @@ import json
 import threading
 from typing import Any
 
-from tests.e2e.processes import free_port
+from kb_bridge.testing.processes import free_port
 
 
 class StandInEngine:

@@ -12,12 +12,14 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kb_bridge import collections, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, UploadIncomplete
-from kb_bridge.tools import args
-from kb_bridge.tools.spec import Arguments, ProgressFn, Result, ToolContext, ToolSpec
+from kb_bridge.tools import arguments as a
+from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
+from kb_bridge.uploads.multipart import file_job_body
 from kb_bridge.uploads.names import extension, new_upload_id, safe_filename
 from kb_bridge.uploads.store import Progress, Upload
 
@@ -26,34 +28,37 @@ SHA256 = {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"}
 # Ids are checked by the store (a malformed id is "not found", not a validation error).
 UPLOAD_ID = {"type": "string", "minLength": 1, "maxLength": 100}
 
-START_INPUT = args.arguments(
-    {
-        "filename": {"type": "string", "minLength": 1, "maxLength": 1024},
-        "total_size": {"type": "integer", "minimum": 1, "maximum": 2**53},
-        "tags": args.TAGS,
-        "collection": args.COLLECTION,
-        "title": args.TITLE,
-        "source_path": args.SOURCE_PATH,
-        "sha256": args.with_description(SHA256, "hex sha256 of the whole file, verified at finish"),
-    },
-    required=("filename", "total_size"),
-)
+
+@dataclass(frozen=True, kw_only=True)
+class StartArguments:
+    filename: str = a.field({"type": "string", "minLength": 1, "maxLength": 1024})
+    total_size: int = a.field({"type": "integer", "minimum": 1, "maximum": 2**53})
+    tags: tuple[str, ...] = a.field(a.TAGS, default=())
+    collection: str = a.field(a.COLLECTION, default=collections.DEFAULT)
+    title: str | None = a.field(a.TITLE, default=None)
+    source_path: str | None = a.field(a.SOURCE_PATH, default=None)
+    sha256: str | None = a.field(SHA256, default=None, description="hex sha256 of the whole file, verified at finish")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkArguments:
+    upload_id: str = a.field(UPLOAD_ID)
+    data: str = a.field({"type": "string"}, description="standard base64 of the chunk's bytes")
+    chunk_index: int = a.field({"type": "integer", "minimum": 0, "maximum": MAX_CHUNKS - 1})
+    sha256: str | None = a.field(SHA256, default=None, description="hex sha256 of this chunk's bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UploadIdArguments:
+    upload_id: str = a.field(UPLOAD_ID)
+
+
 START_OUTPUT = shapes.obj(
     {"upload_id": shapes.STR, "filename": shapes.STR, "max_chunk_bytes": shapes.INT, "expires_at": shapes.STR}
-)
-CHUNK_INPUT = args.arguments(
-    {
-        "upload_id": UPLOAD_ID,
-        "data": {"type": "string", "description": "standard base64 of the chunk's bytes"},
-        "chunk_index": {"type": "integer", "minimum": 0, "maximum": MAX_CHUNKS - 1},
-        "sha256": args.with_description(SHA256, "hex sha256 of this chunk's bytes"),
-    },
-    required=("upload_id", "data", "chunk_index"),
 )
 CHUNK_OUTPUT = shapes.obj(
     {"upload_id": shapes.STR, "chunk_index": shapes.INT, "received_bytes": shapes.INT, "total_size": shapes.INT}
 )
-ID_INPUT = args.arguments({"upload_id": UPLOAD_ID}, required=("upload_id",))
 FINISH_OUTPUT = shapes.obj(
     {"job_id": shapes.INT, "status": shapes.STR, "filename": shapes.STR, "size_bytes": shapes.INT, "sha256": shapes.STR}
 )
@@ -76,24 +81,23 @@ def iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def start(ctx: ToolContext, arguments: Arguments) -> Result:
+def start(ctx: ToolContext, args: StartArguments) -> Result:
     limits = ctx.settings.uploads
-    filename = safe_filename(arguments["filename"])
+    filename = safe_filename(args.filename)
     if "*" not in limits.extensions and extension(filename) not in limits.extensions:
         raise InvalidArgument("filename", f"the engine accepts these file types: {', '.join(limits.extensions)}")
-    if arguments["total_size"] > limits.max_bytes:
+    if args.total_size > limits.max_bytes:
         raise InvalidArgument("total_size", f"must be at most {limits.max_bytes} bytes")
-    collection = arguments.get("collection", collections.DEFAULT)
     upload = Upload(
         upload_id=new_upload_id(),
-        owner=ctx.caller,
+        owner=ctx.principal.owner,
         filename=filename,
-        total_size=arguments["total_size"],
-        tags=collections.tags_with_collection(collection, arguments.get("tags", [])),
-        collection=collection,
-        title=arguments.get("title"),
-        source_path=arguments.get("source_path"),
-        sha256=arguments["sha256"].lower() if "sha256" in arguments else None,
+        total_size=args.total_size,
+        tags=collections.tags_with_collection(args.collection, args.tags),
+        collection=args.collection,
+        title=args.title,
+        source_path=args.source_path,
+        sha256=args.sha256.lower() if args.sha256 is not None else None,
     )
     ctx.uploads.create(upload, limits.max_uploads_per_caller, limits.max_staged_bytes_per_caller)
     return {
@@ -119,15 +123,15 @@ def decode_chunk(data: str, max_bytes: int) -> bytes:
     return raw
 
 
-def chunk(ctx: ToolContext, arguments: Arguments) -> Result:
-    upload_id, index = arguments["upload_id"], arguments["chunk_index"]
-    upload = ctx.uploads.get(upload_id, ctx.caller)
+def chunk(ctx: ToolContext, args: ChunkArguments) -> Result:
+    upload_id, index, owner = args.upload_id, args.chunk_index, ctx.principal.owner
+    upload = ctx.uploads.get(upload_id, owner)
     if index >= upload.total_size:
         raise InvalidArgument("chunk_index", f"is beyond the end of a {upload.total_size}-byte file")
-    data = decode_chunk(arguments["data"], ctx.settings.uploads.max_chunk_bytes)
-    if "sha256" in arguments and hashlib.sha256(data).hexdigest() != arguments["sha256"].lower():
+    data = decode_chunk(args.data, ctx.settings.uploads.max_chunk_bytes)
+    if args.sha256 is not None and hashlib.sha256(data).hexdigest() != args.sha256.lower():
         raise InvalidArgument("sha256", "does not match the chunk's bytes; the chunk was not stored")
-    progress = ctx.uploads.put_chunk(upload_id, ctx.caller, index, data)
+    progress = ctx.uploads.put_chunk(upload_id, owner, index, data)
     return {
         "upload_id": upload_id,
         "chunk_index": index,
@@ -155,9 +159,9 @@ def missing_chunks(progress: Progress, total_size: int) -> list[int]:
     return missing
 
 
-def upload_status(ctx: ToolContext, arguments: Arguments) -> Result:
-    upload = ctx.uploads.get(arguments["upload_id"], ctx.caller)
-    progress = ctx.uploads.progress(upload.upload_id, ctx.caller)
+def upload_status(ctx: ToolContext, args: UploadIdArguments) -> Result:
+    upload = ctx.uploads.get(args.upload_id, ctx.principal.owner)
+    progress = ctx.uploads.progress(upload.upload_id, ctx.principal.owner)
     finished = upload.result is not None
     return {
         "upload_id": upload.upload_id,
@@ -172,28 +176,24 @@ def upload_status(ctx: ToolContext, arguments: Arguments) -> Result:
     }
 
 
-def finish(ctx: ToolContext, arguments: Arguments) -> Result:
-    with ctx.uploads.finishing(arguments["upload_id"], ctx.caller) as upload:
+def finish(ctx: ToolContext, args: UploadIdArguments) -> Result:
+    owner = ctx.principal.owner
+    with ctx.uploads.finishing(args.upload_id, owner) as upload:
         if upload.result is not None:
             return dict(upload.result)  # finishing twice is harmless: same job, no new document
-        count = _complete_chunk_count(ctx.uploads.progress(upload.upload_id, ctx.caller), upload.total_size)
+        count = _complete_chunk_count(ctx.uploads.progress(upload.upload_id, owner), upload.total_size)
         digest = _sha256(ctx, upload, count)
         if upload.sha256 is not None and digest != upload.sha256:
             raise Conflict(
                 "the file's sha256 does not match the one given at kb_upload_start; nothing was sent",
                 expected_sha256=upload.sha256, actual_sha256=digest,
             )
-        job = shapes.job(
-            ctx.engine.upload_file_job(
-                filename=upload.filename,
-                size=upload.total_size,
-                chunks=lambda: ctx.uploads.read_chunks(upload.upload_id, ctx.caller, count),
-                fields=_fields(upload),
-                # Derived from the upload: a retried or repeated finish names the same engine job.
-                idempotency_key=f"kb-bridge-upload-{upload.upload_id}",
-                progress=_throttled(ctx.progress, upload.total_size),
-            )
+        body = file_job_body(
+            upload.filename, upload.total_size, lambda: ctx.uploads.read_chunks(upload.upload_id, owner, count),
+            _fields(upload), progress=_throttled(ctx.progress, upload.total_size),
         )
+        # Derived from the upload: a retried or repeated finish names the same engine job.
+        job = shapes.job(ctx.engine.upload_file_job(body, idempotency_key=f"kb-bridge-upload-{upload.upload_id}"))
         result = {
             "job_id": job["id"],
             "status": job["status"],
@@ -201,7 +201,7 @@ def finish(ctx: ToolContext, arguments: Arguments) -> Result:
             "size_bytes": upload.total_size,
             "sha256": digest,
         }
-        ctx.uploads.mark_finished(upload.upload_id, ctx.caller, result)
+        ctx.uploads.mark_finished(upload.upload_id, owner, result)
         return result
 
 
@@ -219,7 +219,7 @@ def _complete_chunk_count(progress: Progress, total_size: int) -> int:
 
 def _sha256(ctx: ToolContext, upload: Upload, count: int) -> str:
     digest = hashlib.sha256()
-    for block in ctx.uploads.read_chunks(upload.upload_id, ctx.caller, count):
+    for block in ctx.uploads.read_chunks(upload.upload_id, ctx.principal.owner, count):
         digest.update(block)
     return digest.hexdigest()
 
@@ -279,7 +279,7 @@ TOOLS = [
             "Step 1 of 3 to add a file (txt, md, pdf, html, docx): declare filename and total_size in bytes; "
             "returns upload_id and max_chunk_bytes. Then kb_upload_chunk for each chunk, then kb_upload_finish."
         ),
-        input_schema=START_INPUT,
+        arguments=StartArguments,
         output_schema=START_OUTPUT,
         handler=start,
         render=render_start,
@@ -292,7 +292,7 @@ TOOLS = [
             "Step 2: send one chunk as base64, chunk_index from 0 in file order; chunks may arrive in any order "
             "and resending the same chunk is safe. Optional sha256 of the chunk is verified."
         ),
-        input_schema=CHUNK_INPUT,
+        arguments=ChunkArguments,
         output_schema=CHUNK_OUTPUT,
         handler=chunk,
         render=render_chunk,
@@ -303,7 +303,7 @@ TOOLS = [
         name="kb_upload_finish",
         title="Finish a file upload",
         description="Step 3: assemble the chunks, verify them and send the file for indexing; returns the job id. Safe to repeat.",
-        input_schema=ID_INPUT,
+        arguments=UploadIdArguments,
         output_schema=FINISH_OUTPUT,
         handler=finish,
         render=render_finish,
@@ -314,7 +314,7 @@ TOOLS = [
         name="kb_upload_status",
         title="Upload status",
         description="Which chunks of an upload have arrived and which are missing (to resume an interrupted upload).",
-        input_schema=ID_INPUT,
+        arguments=UploadIdArguments,
         output_schema=STATUS_OUTPUT,
         handler=upload_status,
         render=render_status,

@@ -5,7 +5,7 @@
     kb://collection/{name}    the documents of a collection, newest first
     kb://tag/{tag}            the documents carrying a tag, newest first
 
-No `mcp` import here: mcp_content.py adapts these to the protocol.
+No `mcp` import here: protocol/content.py adapts these to the protocol.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from kb_bridge import collections, shapes
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import InvalidArgument, NotFound
 
 SCHEME = "kb"

@@ -9,7 +9,6 @@ lifespan (thread pool, upload sweeper).
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -17,16 +16,17 @@ from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from kb_bridge import context, tools
-from kb_bridge.mcp_server import CALLER_SCOPE_KEY, build_server
+from kb_bridge import tools
+from kb_bridge.access_log import AccessLog
+from kb_bridge.auth.bearer import BearerAuth
+from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.security import BearerAuth, HostOriginGuard
 from kb_bridge.settings import Settings, load_settings
 from kb_bridge.tools.spec import ToolSpec
-from kb_bridge.web import create_web_app
+from kb_bridge.web.guard import HostOriginGuard
+from kb_bridge.web.ops import create_web_app
 
 logger = logging.getLogger(__name__)
-access_logger = logging.getLogger("kb_bridge.access")
 
 MCP_PATHS = ("/mcp", "/mcp/")
 
@@ -85,13 +85,14 @@ async def _send_too_large(send: Any) -> None:
 
 
 class BridgeApp:
-    """Routes ASGI traffic and owns the lifespan."""
+    """Routes ASGI traffic (/mcp to the MCP door, the rest to Flask) and owns the lifespan."""
 
     def __init__(self, bridge: Bridge, mcp: Any, web: Any, managers: list[StreamableHTTPSessionManager]) -> None:
         self.bridge = bridge
         self._mcp = mcp
         self._web = web
         self._managers = managers
+        self._http = AccessLog(self._route)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -100,36 +101,9 @@ class BridgeApp:
         elif kind == "http":
             await self._http(scope, receive, send)
 
-    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Route one request, with a request id in every log line it causes and one access line:
-        `http_request`, or for a tool call the tool's `mcp_tool_success` / `mcp_tool_error`."""
-        offered = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
-        rid = context.new_request_id(offered)
-        context.request_id.set(rid)
-        fields: dict[str, Any] = {}
-        context.access_fields.set(fields)
-        started = time.perf_counter()
-        status = [0]
-
-        async def send_with_id(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
-            await send(message)
-
+    async def _route(self, scope: Any, receive: Any, send: Any) -> None:
         app = self._mcp if scope.get("path") in MCP_PATHS else self._web
-        try:
-            await app(scope, receive, send_with_id)
-        finally:
-            event = str(fields.setdefault("event", "http_request"))
-            fields.update(
-                method=scope.get("method"),
-                path=scope.get("path"),
-                status=status[0],
-                client=(scope.get("client") or ("", 0))[0],
-            )
-            fields["request_ms" if "duration_ms" in fields else "duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
-            access_logger.log(logging.WARNING if event == "mcp_tool_error" else logging.INFO, event, extra={"fields": fields})
+        await app(scope, receive, send)
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         message = await receive()
@@ -187,6 +161,6 @@ def create_app(
     if mode == "auto":
         managers.append(transport(json_response=True))
         mcp = ResponseModeRouter(StreamableHTTPASGIApp(managers[1]), mcp, settings.mcp.max_body_bytes)
-    mcp = BearerAuth(mcp, settings.mcp.api_keys, CALLER_SCOPE_KEY, bridge.metrics.auth_failure)
+    mcp = BearerAuth(mcp, settings.mcp.api_keys, bridge.metrics.auth_failure)
     mcp = HostOriginGuard(mcp, settings.mcp.allowed_hosts, settings.mcp.allowed_origins, bridge.metrics.auth_failure)
     return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge)), managers)

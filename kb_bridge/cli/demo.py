@@ -23,9 +23,10 @@ from pathlib import Path
 
 import requests
 
-from kb_bridge.engine_client import EngineClient
+from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import KbError
 from kb_bridge.settings import EngineSettings, Secret
+from kb_bridge.uploads.multipart import file_job_body
 
 SAMPLE_MARKER = ".sample-loaded"
 
@@ -144,7 +145,7 @@ class Demo:
             "KB_MCP_API_KEY": token,
             "KB_UPLOAD_DIR": str(self.data / "uploads"),
         }
-        argv = [sys.executable, "-m", "gunicorn", "-c", "python:kb_bridge.gunicorn_config", "kb_bridge.asgi:app"]
+        argv = [sys.executable, "-m", "kb_bridge", "serve"]
         process = self._spawn("bridge", argv, env)
         _wait_http(f"http://127.0.0.1:{self.port}/readyz", process, 60, "kb-bridge")
 
@@ -156,12 +157,13 @@ class Demo:
         for entry in sorted((corpus / "documents").iterdir(), key=lambda e: e.name):
             data = entry.read_bytes()
             fields = [("title", entry.name), ("source_path", f"sample/{entry.name}"), ("tags", "collection:documents"), ("tags", "sample")]
-            job = engine.upload_file_job(entry.name, len(data), functools.partial(list, [data]), fields, f"demo-{entry.name}")
+            upload = file_job_body(entry.name, len(data), functools.partial(list, [data]), fields)
+            job = engine.upload_file_job(upload, f"demo-{entry.name}")
             jobs.append(job["id"])
         for entry in sorted((corpus / "memory").iterdir(), key=lambda e: e.name):
-            body = {"text": entry.read_text().strip(), "title": entry.name.removesuffix(".md"),
+            note = {"text": entry.read_text().strip(), "title": entry.name.removesuffix(".md"),
                     "source_path": f"memory/{entry.name}", "tags": ["collection:memory", "sample"]}
-            jobs.append(engine.create_note_job(body, idempotency_key=f"demo-{entry.name}")["id"])
+            jobs.append(engine.create_note_job(note, idempotency_key=f"demo-{entry.name}")["id"])
         say(f"loading the sample corpus ({len(jobs)} documents and notes) …")
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

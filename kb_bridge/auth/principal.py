@@ -1,0 +1,66 @@
+"""Who is calling: the principal a request acts as, made once per request by the auth layer and passed
+to handlers explicitly (never read from a global).
+
+A principal has a name that is safe to log (a static token's caller id; later a token's configured
+name or an OAuth subject), the scopes it holds, and the collections it is limited to (None: all).
+Its `owner` names what it owns in shared stores (uploads): a short, path-safe id derived from the name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb_bridge.settings import Secret
+
+# Where the HTTP auth middleware leaves the principal for the MCP layer (an ASGI scope key).
+SCOPE_KEY = "kb.principal"
+
+READ, WRITE, DELETE = "kb:read", "kb:write", "kb:delete"
+ALL_SCOPES = frozenset({READ, WRITE, DELETE})
+
+_SAFE_OWNER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    scopes: frozenset[str] = ALL_SCOPES
+    collections: frozenset[str] | None = None
+    # What kind of credential made it ("local", "anonymous", "api_key", ...): for logs, never a secret.
+    kind: str = "api_key"
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def owner(self) -> str:
+        """The id that owns uploads: the name itself when it is path-safe, else a digest of it."""
+        if _SAFE_OWNER.fullmatch(self.name):
+            return self.name
+        return hashlib.sha256(self.name.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+# stdio and in-process clients: the local user, with every right.
+LOCAL = Principal("local", kind="local")
+# HTTP without any auth configured (loopback only, warned about at start).
+ANONYMOUS = Principal("anonymous", kind="anonymous")
+
+
+def caller_id(key: Secret) -> str:
+    """A stable, non-secret id for a static token: names its uploads and appears in logs.
+
+    PBKDF2 rather than a bare hash, so a logged id does not help anyone guess a weak key offline;
+    computed once per configured key at start-up.
+    """
+    return hashlib.pbkdf2_hmac("sha256", key.reveal().encode(), b"kb-bridge caller id", 50_000)[:8].hex()
+
+
+def principal_of(scope: Mapping[str, Any] | None) -> Principal:
+    """The principal the auth middleware put on an HTTP request; requests without one are local."""
+    if scope is not None:
+        found = scope.get(SCOPE_KEY)
+        if isinstance(found, Principal):
+            return found
+    return LOCAL

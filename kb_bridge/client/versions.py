@@ -1,0 +1,34 @@
+"""Which engines the bridge can serve: the engine-version rule, in one place.
+
+An engine older than 3.0.0 has no `PATCH /api/v1/notes/{id}` (note updates arrived in 3.0.0), so the bridge
+needs 3.0.0 or newer to serve every tool. An engine that does not say its version is treated as older.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MIN_ENGINE_VERSION = (3, 0, 0)
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """`3.2.0`, `v3.1`, `3.0.0-rc1` as a tuple of numbers; None when it is not a version."""
+    parts = text.strip().lstrip("v").split("-", 1)[0].split(".")
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        return None
+
+
+def engine_version(status: Mapping[str, Any]) -> str:
+    return str(status.get("version", ""))
+
+
+def version_problem(status: Mapping[str, Any]) -> str | None:
+    """None when the engine (its /status answer) can serve every tool, else what is wrong with it."""
+    version = engine_version(status)
+    parsed = parse_version(version)
+    if parsed is None or parsed < MIN_ENGINE_VERSION:
+        return f"engine version {version or 'unknown'} is older than 3.0.0 (it cannot update notes)"
+    return None

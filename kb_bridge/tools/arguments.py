@@ -1,0 +1,99 @@
+"""Tool arguments as typed models: one frozen dataclass per tool is the single source of its published
+inputSchema and of the handler's parsing (names, types, defaults, limits), so nothing is written twice.
+
+A field's JSON-schema fragment sits in its metadata (`spec(...)`); its Python default is the default an
+agent gets and the `default` the schema publishes. A field without a default is required; a field whose
+default is None is optional and has no published default. `parser(Model)` compiles the schema once and
+turns a raw arguments object into a `Model` after validating it (errors name the field, tools/validation.py).
+
+The fragments below are shared so every tool checks a field the same way. Order inside each fragment
+matters: size caps (maxLength, maxItems) come before per-item rules, so the first error the validator
+yields for a 100 000-element array is the cap, found at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+from kb_bridge import collections
+from kb_bridge.tools.validation import ArgumentValidator
+
+# Printable text without control characters (tags, titles, paths end up in headers and logs).
+_NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+
+QUERY = {"type": "string", "minLength": 1, "maxLength": 4000}
+TOP = {"type": "integer", "minimum": 1, "maximum": 50}
+TAG = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_CONTROL}
+TAGS = {"type": "array", "maxItems": 20, "items": TAG}
+COLLECTION = {"type": "string", "maxLength": 64, "pattern": collections.NAME_PATTERN}
+DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": r"^[a-z0-9]+$"}
+DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": 2**53}
+NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}
+TITLE = {"type": "string", "minLength": 1, "maxLength": 500, "pattern": _NO_CONTROL}
+SOURCE_PATH = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": _NO_CONTROL}
+MODE = {"type": "string", "enum": ["hybrid", "fts", "vector"]}
+JOB_STATUS = {"type": "string", "enum": ["queued", "running", "done", "failed"]}
+BOOLEAN = {"type": "boolean"}
+PAGE_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100}
+
+_SCHEMA = "kb_schema"
+
+M = TypeVar("M")
+
+
+def spec(fragment: Mapping[str, Any], description: str | None = None) -> dict[str, Any]:
+    """Field metadata: the field's JSON-schema fragment, with an optional description."""
+    schema = dict(fragment)
+    if description is not None:
+        schema["description"] = description
+    return {_SCHEMA: schema}
+
+
+def field(fragment: Mapping[str, Any], default: Any = dataclasses.MISSING, description: str | None = None) -> Any:
+    """A model field: required when no default is given."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("use a tuple or None as a field default")  # frozen models share defaults
+    return dataclasses.field(default=default, metadata=spec(fragment, description))
+
+
+def input_schema(model: type) -> dict[str, Any]:
+    """The tool's inputSchema: an object with exactly the model's fields and no others."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for f in dataclasses.fields(model):
+        fragment = dict(f.metadata[_SCHEMA])
+        if f.default is dataclasses.MISSING:
+            required.append(f.name)
+        elif f.default is not None and not isinstance(f.default, tuple):
+            description = fragment.pop("description", None)
+            fragment["default"] = f.default
+            if description is not None:
+                fragment["description"] = description
+        properties[f.name] = fragment
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+class ArgumentParser(Generic[M]):
+    """Validates raw arguments against a model's schema and builds the model (defaults filled in)."""
+
+    def __init__(self, model: type[M]) -> None:
+        self.model = model
+        self.schema = input_schema(model)
+        self._validator = ArgumentValidator(self.schema)
+        self._lists = {f.name for f in dataclasses.fields(model) if f.metadata[_SCHEMA].get("type") == "array"}  # type: ignore[arg-type]
+
+    def parse(self, raw: Any) -> M:
+        """The model for `raw`, or InvalidArgument naming the first wrong field."""
+        self._validator.check(raw)
+        values = {name: tuple(value) if name in self._lists else value for name, value in raw.items()}
+        return self.model(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoArguments:
+    """The model of a tool that takes no arguments."""

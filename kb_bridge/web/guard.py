@@ -1,0 +1,51 @@
+"""The DNS-rebinding guard in front of /mcp: a Host not allowed is 421, an Origin not allowed is 403.
+
+It runs before auth, so a browser tricked by DNS rebinding learns nothing, not even whether a token
+would be needed. Requests without Origin (non-browser clients) pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from kb_bridge.asgi_messages import ASGIApp, Receive, Scope, Send, header, send_json
+
+logger = logging.getLogger(__name__)
+
+FailureHook = Callable[[str], None]
+
+
+def matches(value: str, patterns: Sequence[str]) -> bool:
+    """Exact (case-insensitive) match, `prefix:*` for any port, or `*` for anything."""
+    value = value.lower()
+    for pattern in patterns:
+        pattern = pattern.lower()
+        if pattern == "*" or pattern == value:
+            return True
+        if pattern.endswith(":*") and value.startswith(pattern[:-1]) and value[len(pattern) - 1 :].isdigit():
+            return True
+    return False
+
+
+class HostOriginGuard:
+    def __init__(self, app: ASGIApp, hosts: Sequence[str], origins: Sequence[str], on_failure: FailureHook) -> None:
+        self._app = app
+        self._hosts = tuple(hosts)
+        self._origins = tuple(origins)
+        self._on_failure = on_failure
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = (header(scope, b"host") or b"").decode("latin-1")
+        if not host or not matches(host, self._hosts):
+            self._on_failure("host")
+            logger.warning("refused a request for host %r (not in KB_MCP_ALLOWED_HOSTS)", host[:100])
+            await send_json(send, 421, {"error": "misdirected_request", "error_description": "Host not allowed"})
+            return
+        origin = header(scope, b"origin")
+        if origin is not None and not matches(origin.decode("latin-1"), self._origins):
+            self._on_failure("origin")
+            logger.warning("refused a request from origin %r (not in KB_MCP_ALLOWED_ORIGINS)", origin[:100])
+            await send_json(send, 403, {"error": "forbidden", "error_description": "Origin not allowed"})
+            return
+        await self._app(scope, receive, send)
