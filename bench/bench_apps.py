@@ -13,7 +13,8 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
-from kb_bridge import shapes, tools
+from kb_bridge import shapes
+from kb_bridge.tools import registry as tools
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.protocol.app import BridgeApp, create_app
 from kb_bridge.settings import load_settings

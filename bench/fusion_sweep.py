@@ -25,9 +25,10 @@ from typing import Any
 from common import load_beir, write_result
 from retrieval import DEFAULT_CORPUS, TOP_N, Qrels, collapse, doc_id_of, evaluate, load_qrels
 
-from kb_bridge.local_engine import fts
-from kb_bridge.local_engine.documents import DocumentFilter
-from kb_bridge.local_engine.fusion import Fusion, Ranking
+from kb_bridge.local_engine.search.fusion import Fusion
+from kb_bridge.local_engine.store.base import DocumentFilter, Ranking
+from kb_bridge.local_engine.store.sqlite import documents, fts
+from kb_bridge.local_engine.store.vectors import VectorIndex
 
 DEPTHS = (50, 100, 200)
 TITLE_WEIGHTS = (1.0, 2.0, 3.0)
@@ -101,8 +102,7 @@ def sweep(conn: sqlite3.Connection, index: Any, vectors: Mapping[str, Any], quer
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from kb_bridge.local_engine.embedder import SentenceTransformerEmbedder, bundled_model_dir
-    from kb_bridge.local_engine.vectors import load_index
+    from kb_bridge.local_engine.embedding.embedder import SentenceTransformerEmbedder, bundled_model_dir
 
     model_dir = bundled_model_dir()
     if model_dir is None:
@@ -114,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc_of = {chunk_id: doc_id_of(path) for chunk_id, path in conn.execute(
         "SELECT c.id, d.source_path FROM chunks c JOIN documents d ON d.id = c.document_id")}
     embedder = SentenceTransformerEmbedder(model_dir, query_precision=args.precision)
-    index = load_index(conn, embedder.dim)
+    index = VectorIndex(embedder.dim)
+    for chunk_ids, doc_ids, matrix in documents.stored_vector_batches(conn, embedder.dim):
+        index.add(chunk_ids, doc_ids, matrix)
     print(f"{len(doc_of)} chunks, {len(index)} vectors, {len(queries)} claims; query model in "
           f"{embedder.query_precision}", flush=True)
     vectors = {query_id: embedder.embed_query(text) for query_id, text in queries.items()}

@@ -10,7 +10,7 @@ import json
 
 from common import write_result
 
-from kb_bridge import tools
+from kb_bridge.tools import registry as tools
 from kb_bridge.protocol.results import to_mcp_tool
 from kb_bridge.settings import McpSettings
 

@@ -1,4 +1,4 @@
-"""The `collection:<name>` tag convention (seed 000), as pure functions.
+"""The `collection:<name>` tag convention, as pure functions.
 
 A document belongs to exactly one collection, stored as the tag `collection:<name>`.
 Agents never see that tag: results carry a `collection` field and the remaining tags.

@@ -1,7 +1,7 @@
 """The objects agents see (documents, chunks, jobs): their JSON schemas and the functions that
 shape engine JSON into them, side by side so the two cannot drift apart.
 
-Shaping is where engine tolerance lives (engine-api.md, "Tolerance"): missing optional fields
+Shaping is where engine tolerance lives (docs/engine-api.md, "What the bridge tolerates"): missing optional fields
 become null, extra fields are dropped, and `collection:*` tags become the `collection` field.
 """
 

@@ -56,7 +56,7 @@ def test_compose_runs_engine_and_bridge_with_volumes() -> None:
     services = COMPOSE["services"]
     assert set(services) == {"engine", "bridge"}
     bridge, engine = services["bridge"], services["engine"]
-    # Seed 000: the bridge reaches the engine over the compose network by service name.
+    # The bridge reaches the engine over the compose network by service name.
     assert bridge["environment"]["KB_ENGINE_URL"] == "http://engine:8000"
     assert bridge["depends_on"]["engine"]["condition"] == "service_healthy"
     assert "KB_MCP_API_KEY" in bridge["environment"] and "KB_API_KEY" in engine["environment"]

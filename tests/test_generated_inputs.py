@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from kb_bridge import tools
+from kb_bridge.tools import registry as tools
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge

@@ -68,14 +68,14 @@ def test_secrets_never_show_in_repr() -> None:
 
 
 def test_unknown_tool_in_allow_list_is_a_settings_error() -> None:
-    from kb_bridge import tools
+    from kb_bridge.tools import registry as tools
 
     with pytest.raises(SettingsError, match="kb_nope"):
         tools.select(load_settings({"KB_MCP_TOOLS": "kb_search,kb_nope"}).mcp)
 
 
 def test_read_only_mode_registers_no_write_tools() -> None:
-    from kb_bridge import tools
+    from kb_bridge.tools import registry as tools
 
     selected = tools.select(load_settings({"KB_MCP_READ_ONLY": "true"}).mcp)
     assert selected and all(tool.read_only for tool in selected)

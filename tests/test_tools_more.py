@@ -1,4 +1,4 @@
-"""The tools beyond seed 000 (seeds 002-004): collections, list, delete, related, read-your-writes,
+"""The browsing and maintenance tools: collections, list, delete, related, read-your-writes,
 no silent overwrites — through the real MCP server in process, engine faked."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import pytest
 import responses
 from mcp import Client
 
-from kb_bridge import tools
+from kb_bridge.tools import registry as tools
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools.validation import ArgumentValidator
 from tests.conftest import API

@@ -107,7 +107,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tools(settings: Settings, as_json: bool) -> int:
-    from kb_bridge import tools
+    from kb_bridge.tools import registry as tools
     from kb_bridge.protocol.results import to_mcp_tool
 
     listed = [to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True) for spec in tools.select(settings.mcp)]

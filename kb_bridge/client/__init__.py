@@ -1,6 +1,2 @@
 """The bridge's side of the engine HTTP contract (docs/engine-api.md): the client (engine.py), its retry
 policy (retry.py) and the engine-version rule (versions.py)."""
-
-from kb_bridge.client.engine import EngineClient
-
-__all__ = ["EngineClient"]

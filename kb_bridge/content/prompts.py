@@ -1,4 +1,4 @@
-"""Prompt templates (seed 003): each turns a few arguments into a message that steers the agent to
+"""Prompt templates: each turns a few arguments into a message that steers the agent to
 the right tool calls. Plain data and functions; protocol/content.py adapts them to the protocol."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from kb_bridge import tools
+from kb_bridge.tools import registry as tools
 from kb_bridge.access_log import AccessLog
 from kb_bridge.auth.bearer import BearerAuth
 from kb_bridge.protocol.server import build_server

@@ -19,7 +19,8 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from kb_bridge import __version__, tools
+from kb_bridge import __version__
+from kb_bridge.tools import registry as tools
 from kb_bridge.access_log import ToolCall
 from kb_bridge.auth.principal import Principal, principal_of
 from kb_bridge.errors import KbError

@@ -1,6 +1,6 @@
 """An engine stand-in for tests and benchmarks of the bridge's own behaviour under engine
 conditions the real engine does not produce on demand (slow answers, an old version). It speaks
-just enough of engine-api.md, records what it received, and runs on a free loopback port.
+just enough of docs/engine-api.md, records what it received, and runs on a free loopback port.
 
 It is an asyncio server on its own thread: one event loop serves every connection, so a
 hundred concurrent slow answers cost nothing but timers (a thread per connection would make the

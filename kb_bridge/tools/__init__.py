@@ -1,33 +1,3 @@
-"""The tool registry: every tool kb-bridge offers, declared once, and the selection rules."""
-
-from __future__ import annotations
-
-from kb_bridge.errors import SettingsError
-from kb_bridge.settings import McpSettings
-from kb_bridge.tools import browse, documents, notes, related, search, status
-from kb_bridge.tools.spec import ToolSpec
-from kb_bridge.uploads import tools as uploads
-
-ALL_TOOLS: tuple[ToolSpec, ...] = (
-    *search.TOOLS,
-    *notes.TOOLS,
-    *documents.TOOLS,
-    *browse.TOOLS,
-    *related.TOOLS,
-    *uploads.TOOLS,
-    *status.TOOLS,
-)
-
-
-def select(settings: McpSettings, available: tuple[ToolSpec, ...] = ALL_TOOLS) -> list[ToolSpec]:
-    """The tools to offer: the KB_MCP_TOOLS allow-list if set, minus writers in read-only mode."""
-    names = {tool.name for tool in available}
-    if settings.tools is not None:
-        unknown = sorted(set(settings.tools) - names)
-        if unknown:
-            raise SettingsError("KB_MCP_TOOLS", f"unknown tool(s): {', '.join(unknown)}")
-    return [
-        tool
-        for tool in available
-        if (settings.tools is None or tool.name in settings.tools) and (tool.read_only or not settings.read_only)
-    ]
+"""The tools: each declared once as data (spec.py), with a typed argument model (arguments.py) checked by
+validation.py, grouped by family (search, notes, documents, browse, related, status; the upload tools live
+in kb_bridge/uploads/), and the registry that selects what a configuration offers (registry.py)."""

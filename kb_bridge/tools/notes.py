@@ -125,7 +125,7 @@ def _version_conflict(current: int | None) -> Conflict:
 
 
 def _move(ctx: ToolContext, document_id: int, collection: str) -> Result:
-    """Exclusive membership (seed 000): remove every old collection tag first, then add the new one."""
+    """Exclusive membership (a document is in exactly one collection): remove every old collection tag first, then add the new one."""
     target = collections.tag_for(collection)
     current = ctx.engine.get_document(document_id)
     for tag in collections.collection_tags(current.get("tags") or []):

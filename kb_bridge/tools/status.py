@@ -24,7 +24,7 @@ JOBS_OUTPUT = shapes.obj({"jobs": {"type": "array", "items": shapes.JOB}, "total
 
 
 def status(ctx: ToolContext, args: a.NoArguments) -> Result:
-    # The engine's status is passed through whole: it is the engine's to define (engine-api.md).
+    # The engine's status is passed through whole: it is the engine's to define (docs/engine-api.md).
     return {"bridge": {"version": __version__}, "engine": ctx.engine.status()}
 
 

@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kb_bridge.errors import Conflict, InvalidArgument, KbError, LimitExceeded, StorageError, StorageFull, UploadExpired
+from kb_bridge.errors import Conflict, KbError, StorageError, StorageFull, UploadExpired
 from kb_bridge.uploads.names import is_upload_id
-from kb_bridge.uploads.store import Progress, Upload
+from kb_bridge.uploads.store import Progress, Upload, beyond_total_size, too_many_bytes, too_many_uploads
 
 logger = logging.getLogger(__name__)
 
@@ -109,16 +109,10 @@ class DirectoryStore:
     def _check_limits(self, upload: Upload, max_uploads: int, max_staged_bytes: int) -> None:
         active = [u for u in self._owner_uploads(upload.owner) if u.result is None]
         if len(active) >= max_uploads:
-            raise LimitExceeded(
-                f"you have {len(active)} uploads in progress (the limit is {max_uploads}); "
-                "finish them or let them expire", limit="uploads", in_progress=len(active),
-            )
+            raise too_many_uploads(len(active), max_uploads)
         reserved = sum(u.total_size for u in active)
         if reserved + upload.total_size > max_staged_bytes:
-            raise LimitExceeded(
-                f"uploads in progress already reserve {reserved} bytes; this one would pass the "
-                f"limit of {max_staged_bytes} bytes per caller", limit="staged_bytes",
-            )
+            raise too_many_bytes(reserved, max_staged_bytes)
 
     def _owner_uploads(self, owner: str) -> Iterator[Upload]:
         try:
@@ -161,11 +155,7 @@ class DirectoryStore:
             os.utime(directory)
             return _progress(directory)
         if before.received_bytes + len(data) > upload.total_size:
-            raise InvalidArgument(
-                "data",
-                f"this chunk would bring the upload to {before.received_bytes + len(data)} bytes, "
-                f"more than total_size {upload.total_size}",
-            )
+            raise beyond_total_size(before.received_bytes + len(data), upload.total_size)
         with _storage_errors():
             os.link(tmp, final)
             _fsync_dir(directory)

@@ -25,9 +25,9 @@ from typing import Any, cast
 
 import redis
 
-from kb_bridge.errors import Conflict, InvalidArgument, KbError, LimitExceeded, StorageError, StorageFull, UploadExpired
+from kb_bridge.errors import Conflict, KbError, StorageError, StorageFull, UploadExpired
 from kb_bridge.uploads.names import is_upload_id
-from kb_bridge.uploads.store import Progress, Upload
+from kb_bridge.uploads.store import Progress, Upload, beyond_total_size, too_many_bytes, too_many_uploads
 
 logger = logging.getLogger(__name__)
 
@@ -148,15 +148,9 @@ class RedisStore:
             )
         verdict = outcome[0].decode()
         if verdict == "uploads":
-            raise LimitExceeded(
-                f"you have {int(outcome[1])} uploads in progress (the limit is {max_uploads}); finish them or let them expire",
-                limit="uploads", in_progress=int(outcome[1]),
-            )
+            raise too_many_uploads(int(outcome[1]), max_uploads)
         if verdict == "staged_bytes":
-            raise LimitExceeded(
-                f"uploads in progress already reserve {int(outcome[1])} bytes; this one would pass the "
-                f"limit of {max_staged_bytes} bytes per caller", limit="staged_bytes",
-            )
+            raise too_many_bytes(int(outcome[1]), max_staged_bytes)
 
     def get(self, upload_id: str, owner: str) -> Upload:
         meta_key = self._keys(upload_id, owner)[0]
@@ -198,10 +192,7 @@ class RedisStore:
                 chunk_index=index,
             )
         if verdict == "too_big":
-            upload = self.get(upload_id, owner)
-            raise InvalidArgument(
-                "data", f"this chunk would bring the upload to {int(outcome[1])} bytes, more than total_size {upload.total_size}"
-            )
+            raise beyond_total_size(int(outcome[1]), self.get(upload_id, owner).total_size)
         return self.progress(upload_id, owner)
 
     @contextmanager

@@ -12,6 +12,8 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from kb_bridge.errors import InvalidArgument, LimitExceeded
+
 
 @dataclass
 class Upload:
@@ -47,6 +49,24 @@ class Progress:
     @property
     def received_bytes(self) -> int:
         return sum(self.chunks.values())
+
+
+def too_many_uploads(in_progress: int, limit: int) -> LimitExceeded:
+    return LimitExceeded(
+        f"you have {in_progress} uploads in progress (the limit is {limit}); finish them or let them expire",
+        limit="uploads", in_progress=in_progress,
+    )
+
+
+def too_many_bytes(reserved: int, limit: int) -> LimitExceeded:
+    return LimitExceeded(
+        f"uploads in progress already reserve {reserved} bytes; this one would pass the limit of {limit} bytes "
+        "per caller", limit="staged_bytes",
+    )
+
+
+def beyond_total_size(would_have: int, total_size: int) -> InvalidArgument:
+    return InvalidArgument("data", f"this chunk would bring the upload to {would_have} bytes, more than total_size {total_size}")
 
 
 class UploadStore(Protocol):

@@ -1,4 +1,4 @@
-"""The three-step upload (seed 000) plus kb_upload_status: start, chunk x N, finish.
+"""The three-step upload plus kb_upload_status: start, chunk x N, finish.
 
 Agents cannot send a large file in one message, so they send base64 chunks that the bridge
 stages in a shared store (any worker or host may take any step), verifies, and streams to the

@@ -1,6 +1,6 @@
 """End to end: the official MCP client → gunicorn (2 workers, auth on) → the real local engine.
 
-Covers seed 000 against a real engine in both protocol eras, uploads whose chunks land on
+Covers the acceptance scenarios against a real engine in both protocol eras, uploads whose chunks land on
 different workers, a PDF found by meaning, the engine key, and an engine that comes up late.
 """
 
@@ -51,7 +51,7 @@ async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str
 
 
 @pytest.mark.parametrize("era", ["legacy", "auto"])
-async def test_seed_000_against_the_real_engine(bridge: Service, engine: Service, era: str) -> None:
+async def test_acceptance_scenarios_against_the_real_engine(bridge: Service, engine: Service, era: str) -> None:
     marker = f"marker{era}{os.getpid()}"
     async with connect(bridge.url, TOKEN, era) as client:
         # Add a note to a collection; it is ingested with exactly one collection tag.

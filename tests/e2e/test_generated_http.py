@@ -17,7 +17,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_bridge import tools
+from kb_bridge.tools import registry as tools
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools.validation import ArgumentValidator
 from kb_bridge.testing.processes import Service, start_bridge

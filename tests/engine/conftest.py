@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import create_app, engine_of
 from kb_bridge.local_engine.config import EngineConfig
-from kb_bridge.local_engine.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_dir
+from kb_bridge.local_engine.embedding.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_dir
 
 
 @pytest.fixture(scope="session")

@@ -75,13 +75,13 @@ def test_delete_removes_chunks_fts_rows_vectors_and_tags(vector_app: flask.Flask
     client = vector_app.test_client()
     keep = add_note(client, "the surviving note about herons", tags=["t"])
     gone = add_note(client, "a note about herons that will be deleted", tags=["t", "only-here"])
-    vectors = vector_app.extensions["kb_engine"].vectors
-    assert len(vectors) == 2
+    store = vector_app.extensions["kb_engine"].store
+    assert store.vector_count() == 2
     response = client.delete(f"{API}/documents/{gone['id']}")
     assert response.status_code == 204 and response.data == b""
     assert client.get(f"{API}/documents/{gone['id']}").status_code == 404
     assert client.delete(f"{API}/documents/{gone['id']}").status_code == 404
-    assert len(vectors) == 1
+    assert store.vector_count() == 1
     with _db(vector_app) as conn:
         assert conn.execute("SELECT COUNT(*) FROM chunks WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM document_tags WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
@@ -149,7 +149,7 @@ def test_patch_note_rechunks_keeps_identity_and_bumps_version(vector_app: flask.
     assert client.post(f"{API}/search", json={"query": "budget", "mode": "fts"}).json["results"] == []
     hits = client.post(f"{API}/search", json={"query": "hiring on Friday", "mode": "vector"}).json["results"]
     assert hits and hits[0]["document_id"] == note["id"] and "Friday" in hits[0]["text"]
-    assert len(vector_app.extensions["kb_engine"].vectors) == 1  # old chunk's vector gone
+    assert vector_app.extensions["kb_engine"].store.vector_count() == 1  # old chunk's vector gone
     update_jobs = client.get(f"{API}/jobs").json["jobs"]
     assert update_jobs[0]["type"] == "update" and update_jobs[0]["document_id"] == note["id"]
 

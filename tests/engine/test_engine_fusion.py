@@ -14,7 +14,7 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from kb_bridge.local_engine.fusion import Fusion, convex, reciprocal_rank
+from kb_bridge.local_engine.search.fusion import Fusion, convex, reciprocal_rank
 
 from .helpers import API, add_note
 

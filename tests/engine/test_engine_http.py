@@ -7,7 +7,7 @@ from collections.abc import Callable
 import flask
 import pytest
 
-from kb_bridge.local_engine import documents
+from kb_bridge.local_engine.store.sqlite import documents
 
 from .helpers import API, error_code
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import flask
 import pytest
 
-from kb_bridge.local_engine import embedder as embedder_module
+from kb_bridge.local_engine.embedding import embedder as embedder_module
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.errors import ConfigError
 
@@ -57,7 +57,7 @@ def test_hybrid_answers_fts_while_the_model_loads_and_jobs_wait_for_it(
     assert client.get(f"{API}/jobs/{job_id}").json["status"] == "queued"
     gate.set()
     wait_for(lambda: client.get(f"{API}/jobs/{job_id}").json["status"] == "done", "job after model load")
-    assert len(engine.vectors) == 1  # the job waited for the model, so its chunk has a vector
+    assert engine.store.vector_count() == 1  # the job waited for the model, so its chunk has a vector
     result = client.post(f"{API}/search", json={"query": "bird singing in the morning"}).json
     assert result["mode"] == "hybrid" and result["results"][0]["text"] == "a thrush sings at dawn"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kb_bridge.local_engine.embedder import bundled_model_dir
+from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
 
 from .helpers import wait_for
 

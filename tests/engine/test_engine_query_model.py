@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from kb_bridge.local_engine.embedder import SentenceTransformerEmbedder
+from kb_bridge.local_engine.embedding.embedder import SentenceTransformerEmbedder
 
 
 def test_queries_use_one_torch_thread_and_other_threads_keep_the_default(model: SentenceTransformerEmbedder) -> None:

@@ -8,7 +8,7 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from kb_bridge.local_engine import fts
+from kb_bridge.local_engine.store.sqlite import fts
 
 from .helpers import API, Sample, add_note, error_code, upload, wait_job
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import flask
 import pytest
 
-from kb_bridge.local_engine import migrations
+from kb_bridge.local_engine.store.sqlite import schema as migrations
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.errors import ConfigError, DataDirInUse
 
@@ -75,7 +75,7 @@ def test_one_engine_per_data_directory(make_app: Callable[..., flask.Flask]) -> 
 
 
 def test_database_uses_wal(app: flask.Flask) -> None:
-    conn = engine_of(app).db.connection()
+    conn = engine_of(app).store.db.connection()
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -86,7 +86,7 @@ def test_data_survives_a_restart(make_app: Callable[..., flask.Flask], model: ob
     second = make_app(model=model)
     client = second.test_client()
     assert client.get(f"{API}/documents/{note['id']}").json["tags"] == ["keep"]
-    assert len(engine_of(second).vectors) == 1  # vectors reloaded from SQLite
+    assert engine_of(second).store.vector_count() == 1  # vectors reloaded from SQLite
     hits = client.post(f"{API}/search", json={"query": "egret sightings", "mode": "vector"}).json["results"]
     assert hits[0]["document_id"] == note["id"]
 
@@ -99,7 +99,7 @@ def test_chunks_stored_without_a_model_get_vectors_once_it_is_there(
     engine_of(plain).close()
     with_model = make_app(model=model)
     engine = engine_of(with_model)
-    wait_for(lambda: engine.vectors is not None and len(engine.vectors) == 1, "backfilled vector")
+    wait_for(lambda: engine.store.vector_count() == 1, "backfilled vector")
     hits = with_model.test_client().post(f"{API}/search", json={"query": "seabirds", "mode": "vector"}).json
     assert hits["mode"] == "vector" and hits["results"][0]["document_id"] == note["id"]
 
@@ -108,13 +108,13 @@ def test_stored_vectors_of_another_model_are_replaced(make_app: Callable[..., fl
     first = make_app(model=model)
     add_note(first.test_client(), "pelicans")
     engine = engine_of(first)
-    engine.db.connection().execute("UPDATE meta SET value = 'some-other-model/384' WHERE key = 'embedding_model'")
-    engine.db.connection().execute("UPDATE embeddings SET vector = zeroblob(1536)")
+    engine.store.db.connection().execute("UPDATE meta SET value = 'some-other-model/384' WHERE key = 'embedding_model'")
+    engine.store.db.connection().execute("UPDATE embeddings SET vector = zeroblob(1536)")
     engine.close()
     second = make_app(model=model)
     engine = engine_of(second)
-    wait_for(lambda: engine.vectors is not None and len(engine.vectors) == 1, "re-embedded vector")
-    stored = engine.db.connection().execute("SELECT vector FROM embeddings").fetchone()[0]
+    wait_for(lambda: engine.store.vector_count() == 1, "re-embedded vector")
+    stored = engine.store.db.connection().execute("SELECT vector FROM embeddings").fetchone()[0]
     assert stored != bytes(1536)
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb_bridge.local_engine import cli, parsers
-from kb_bridge.local_engine.chunking import ChunkingPolicy, chunk_text, embedding_input
+from kb_bridge.local_engine import cli
+from kb_bridge.local_engine.ingest import parsers
+from kb_bridge.local_engine.ingest.chunking import ChunkingPolicy, chunk_text, embedding_input
 from kb_bridge.local_engine.config import EngineConfig, load_config
 from kb_bridge.local_engine.errors import ConfigError
-from kb_bridge.local_engine.vectors import VectorIndex
+from kb_bridge.local_engine.store.vectors import VectorIndex
 
 POLICY = ChunkingPolicy(max_chars=300, overlap=60)
 

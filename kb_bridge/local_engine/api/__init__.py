@@ -1,5 +1,7 @@
-"""HTTP routes, one blueprint per resource family. Each handler validates input, calls one operation,
-and returns JSON; errors are exceptions, answered by http_errors.py."""
+"""The engine's HTTP API (docs/engine-api.md): one blueprint per resource family (system, search, jobs,
+documents), the API key check (auth.py), request input checks (validation.py), the one translation of
+errors into error bodies (errors.py) and the request plumbing (request.py). Each handler validates input,
+calls one operation of the engine's parts, and returns JSON; errors are exceptions."""
 
 from __future__ import annotations
 

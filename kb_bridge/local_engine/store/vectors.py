@@ -1,14 +1,14 @@
 """The in-memory vector index: normalised float32 rows, brute-force cosine similarity with numpy.
 
 Brute force is exact and fast enough here: 10k x 384 is one 15 MB matrix-vector product (well under a
-millisecond); 100k about 10 ms on two cores. SQLite keeps the vectors (table `embeddings`); this matrix is
-a cache of them, loaded at start and changed only together with the database, under the engine's write lock.
-Only this module and the embedder import numpy, so the engine runs without the `engine` extra.
+millisecond); 100k about 10 ms on two cores. The SQLite store keeps the vectors (table `embeddings`); this
+matrix is a cache of them, loaded when the model is ready and changed only together with the database,
+under the store's write lock. Only this module and the embedder import numpy, so the engine runs without
+the `engine` extra.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 
@@ -128,18 +128,3 @@ class VectorIndex:
                 self._doc_ids[row] = self._doc_ids[last]
                 self._row_of[moved] = row
             self._count = last
-
-
-def load_index(conn: sqlite3.Connection, dim: int, batch: int = 20_000) -> VectorIndex:
-    """Read every stored vector of this dimension into a new index."""
-    index = VectorIndex(dim)
-    cursor = conn.execute(
-        "SELECT e.chunk_id, c.document_id, e.vector FROM embeddings e JOIN chunks c ON c.id = e.chunk_id"
-    )
-    while rows := cursor.fetchmany(batch):
-        rows = [row for row in rows if len(row[2]) == dim * 4]
-        if not rows:
-            continue
-        vectors = np.frombuffer(b"".join(row[2] for row in rows), dtype="<f4").reshape(len(rows), dim)
-        index.add([row[0] for row in rows], [row[1] for row in rows], vectors)
-    return index

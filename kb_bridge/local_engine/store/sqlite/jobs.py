@@ -8,9 +8,9 @@ import json
 import sqlite3
 from typing import Any
 
-from .errors import Conflict, NotFound
+from ...errors import Conflict, NotFound
+from ..base import JOB_STATUSES
 
-STATUSES = ("queued", "running", "done", "failed")
 _JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at"
 
 
@@ -61,7 +61,7 @@ def list_jobs(
 
 
 def queue_counts(conn: sqlite3.Connection) -> dict[str, int]:
-    counts = dict.fromkeys(STATUSES, 0)
+    counts = dict.fromkeys(JOB_STATUSES, 0)
     counts.update(conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
     return counts
 

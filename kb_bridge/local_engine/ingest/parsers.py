@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import IngestionError
+from ..errors import IngestionError
 
 logger = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import documents, validation
-from ..documents import DocumentFilter
-from ..search import MODES, SearchRequest, related, search
-from . import current_engine
+from ..errors import NotFound
+from ..search.searcher import MODES, SearchRequest
+from ..store.base import DocumentFilter
+from . import current_engine, validation
 
 blueprint = Blueprint("search", __name__)
 
@@ -28,18 +28,19 @@ def search_chunks() -> dict[str, object]:
         doc_type=validation.string(body, "doc_type", max_chars=50),
     )
     top_n = validation.integer(body, "top_n", 10, 1, MAX_TOP_N)
-    return search(engine, SearchRequest(query=str(query), top_n=top_n, where=where, mode=mode))
+    return engine.searcher.search(SearchRequest(query=str(query), top_n=top_n, where=where, mode=mode))
 
 
 @blueprint.get("/api/v1/chunks/<id:chunk_id>")
 def get_chunk(chunk_id: int) -> dict[str, object]:
-    engine = current_engine()
-    with engine.db.snapshot() as conn:
-        return documents.get_chunk(conn, chunk_id)
+    chunk = current_engine().store.get_chunks([chunk_id]).get(chunk_id)
+    if chunk is None:
+        raise NotFound(f"chunk {chunk_id} not found")
+    return chunk
 
 
 @blueprint.get("/api/v1/chunks/<id:chunk_id>/related")
 def related_chunks(chunk_id: int) -> dict[str, object]:
     top_n = validation.arg_int("top_n", 5, 1, MAX_TOP_N)
     same_document = validation.arg_bool("same_document", False)
-    return related(current_engine(), chunk_id, top_n, same_document)
+    return current_engine().searcher.related(chunk_id, top_n, same_document)

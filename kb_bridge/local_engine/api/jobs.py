@@ -8,10 +8,11 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 from flask import Blueprint, Response, jsonify, request
 
-from .. import jobs, parsers, submissions, validation
 from ..errors import PayloadTooLarge, UnsupportedMediaType, ValidationError
-from ..uploads import HashingFile
-from . import current_engine
+from ..ingest import parsers
+from ..ingest.staging import HashingFile
+from ..store.base import JOB_STATUSES
+from . import current_engine, validation
 
 blueprint = Blueprint("jobs", __name__)
 
@@ -39,7 +40,7 @@ def _submit_note(key: str | None) -> tuple[dict[str, object], bool]:
         "tags": list(validation.tags(body.get("tags"))),
         "source_path": validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS),
     }
-    return submissions.submit_note(engine, fields, key)
+    return engine.intake.submit_note(fields, key)
 
 
 def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
@@ -68,7 +69,7 @@ def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
         "source_path": validation.string(form, "source_path", max_chars=validation.MAX_PATH_CHARS),
         "tags": list(validation.form_tags(form.getlist("tags"))),
     }
-    return submissions.submit_file(engine, part, filename, doc_type, fields, key)
+    return engine.intake.submit_file(part, filename, doc_type, fields, key)
 
 
 def _idempotency_key() -> str | None:
@@ -99,16 +100,13 @@ def safe_filename(name: str) -> str:
 def list_jobs() -> dict[str, object]:
     engine = current_engine()
     status = request.args.get("status") or None
-    if status is not None and status not in jobs.STATUSES:
-        raise ValidationError(f"status must be one of {', '.join(jobs.STATUSES)}")
+    if status is not None and status not in JOB_STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(JOB_STATUSES)}")
     limit, offset = validation.page_args()
-    with engine.db.snapshot() as conn:
-        found, total = jobs.list_jobs(conn, status, limit, offset)
+    found, total = engine.store.list_jobs(status, limit, offset)
     return {"jobs": found, "total": total}
 
 
 @blueprint.get("/api/v1/jobs/<id:job_id>")
 def get_job(job_id: int) -> dict[str, object]:
-    engine = current_engine()
-    with engine.db.snapshot() as conn:
-        return jobs.get_job(conn, job_id)
+    return current_engine().store.get_job(job_id)

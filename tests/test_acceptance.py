@@ -1,4 +1,5 @@
-"""Seed 000 (the acceptance spec), scenario by scenario, through the real MCP server in process.
+"""The acceptance scenarios of the core tools (search, notes and collections, the three-step upload, note
+updates, get, status, jobs), scenario by scenario, through the real MCP server in process.
 
 Every test runs in both protocol eras (handshake and 2026-07-28). The engine is faked where
 requests sends; the end-to-end versions against the real local engine are in tests/e2e.
@@ -257,7 +258,7 @@ async def test_abandoned_upload_is_cleaned_up_after_ttl(client: Client, bridge: 
     upload_id = start.structured_content["upload_id"]
     await client.call_tool("kb_upload_chunk", {"upload_id": upload_id, "data": _b64(b"abc"), "chunk_index": 0})
     ttl = bridge.settings.uploads.ttl_seconds
-    assert ttl == 600  # the seed's 10 minutes is the default
+    assert ttl == 600  # an idle upload expires after 10 minutes by default
     assert bridge.uploads.sweep(ttl, now=time.time() + ttl - 5) == 0
     assert bridge.uploads.sweep(ttl, now=time.time() + ttl + 5) == 1
     result = await client.call_tool("kb_upload_finish", {"upload_id": upload_id})

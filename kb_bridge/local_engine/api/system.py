@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import documents, jobs
 from ..engine import API_VERSION
 from . import current_engine
 
@@ -19,21 +18,19 @@ def healthz() -> dict[str, object]:
 @blueprint.get("/api/v1/status")
 def status() -> dict[str, object]:
     engine = current_engine()
-    embedder = engine.embedders.current() if engine.vector_search_ready() else None
-    conn = engine.db.connection()
-    with engine.db.snapshot():
-        counts = documents.counts(conn)
-        queue = jobs.queue_counts(conn)
+    embedder = engine.embedders.current()
+    counts = engine.store.counts()
+    queue = engine.store.queue_counts()
     return {
         "version": API_VERSION,
         "api": "v1",
         "model": {"name": embedder.name, "dim": embedder.dim} if embedder is not None else None,
         "device": "cpu",
-        "search_modes": engine.search_modes(),
+        "search_modes": engine.searcher.modes(),
         # Beyond the contract: why there is no model (disabled, not installed, loading, failed).
         "embedder": {"state": engine.embedders.state, "reason": engine.embedders.reason},
         "documents": {"total": counts["documents"], "notes": counts["notes"], "files": counts["files"]},
         "chunks": counts["chunks"],
-        "vectors": len(engine.vectors) if engine.vectors is not None else 0,
+        "vectors": engine.store.vector_count(),
         "queue": queue,
     }

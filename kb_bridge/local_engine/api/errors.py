@@ -12,7 +12,7 @@ import logging
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from .errors import EngineError, Unauthorized
+from ..errors import EngineError, Unauthorized
 
 logger = logging.getLogger(__name__)
 

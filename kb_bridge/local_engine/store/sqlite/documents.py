@@ -1,75 +1,42 @@
 """SQL for documents, their chunks, tags and stored vectors. Plain functions over a connection.
 
-Callers own the transaction (db.write() / db.snapshot()); nothing here commits. Functions return the
-API's JSON objects (dicts) so the HTTP layer only serialises them.
+Callers own the transaction (SqliteStore's db.write() / db.snapshot()); nothing here commits. Functions
+return the API's JSON objects (dicts).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from .errors import NotFound
+from ...errors import NotFound
+from ..base import DocumentFilter, NewDocument, text_sha256
 
-TITLE_CHARS = 80
+if TYPE_CHECKING:
+    import numpy as np
+
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
     d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
 
 
-@dataclasses.dataclass(frozen=True)
-class NewDocument:
-    title: str
-    doc_type: str
-    source_path: str | None
-    size_bytes: int
-    sha256: str
-    content: str
-    tags: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class DocumentFilter:
-    """Which documents a listing or a search may return; every given criterion must hold."""
-
-    tags: tuple[str, ...] = ()
-    doc_type: str | None = None
-    source_path: str | None = None
-    updated_since: str | None = None
-
-    def is_empty(self) -> bool:
-        return not (self.tags or self.doc_type or self.source_path or self.updated_since)
-
-    def sql(self, alias: str = "d") -> tuple[str, list[object]]:
-        """A WHERE clause (or "1") over documents aliased `alias`, and its parameters."""
-        clauses: list[str] = []
-        params: list[object] = []
-        for tag in self.tags:
-            clauses.append(f"EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = {alias}.id AND t.tag = ?)")
-            params.append(tag)
-        for column, value, operator in (
-            ("doc_type", self.doc_type, "="),
-            ("source_path", self.source_path, "="),
-            ("updated_at", self.updated_since, ">="),
-        ):
-            if value is not None:
-                clauses.append(f"{alias}.{column} {operator} ?")
-                params.append(value)
-        return (" AND ".join(clauses) or "1"), params
-
-
-def derive_title(text: str) -> str:
-    """A note's default title: its first non-empty line, without Markdown heading marks, shortened."""
-    for line in text.splitlines():
-        line = line.strip().lstrip("#").strip()
-        if line:
-            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-    return "note"
-
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def where_sql(where: DocumentFilter, alias: str = "d") -> tuple[str, list[object]]:
+    """A WHERE clause (or "1") over documents aliased `alias` for a filter, and its parameters."""
+    clauses: list[str] = []
+    params: list[object] = []
+    for tag in where.tags:
+        clauses.append(f"EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = {alias}.id AND t.tag = ?)")
+        params.append(tag)
+    for column, value, operator in (
+        ("doc_type", where.doc_type, "="),
+        ("source_path", where.source_path, "="),
+        ("updated_at", where.updated_since, ">="),
+    ):
+        if value is not None:
+            clauses.append(f"{alias}.{column} {operator} ?")
+            params.append(value)
+    return (" AND ".join(clauses) or "1"), params
 
 
 def _document(row: sqlite3.Row, tags: list[str]) -> dict[str, object]:
@@ -127,7 +94,7 @@ def get_document_detail(conn: sqlite3.Connection, doc_id: int) -> dict[str, obje
 def list_documents(
     conn: sqlite3.Connection, where: DocumentFilter, limit: int, offset: int
 ) -> tuple[list[dict[str, object]], int]:
-    clause, params = where.sql()
+    clause, params = where_sql(where)
     total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
     rows = conn.execute(
         f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} "
@@ -139,7 +106,7 @@ def list_documents(
 
 
 def matching_document_ids(conn: sqlite3.Connection, where: DocumentFilter) -> list[int]:
-    clause, params = where.sql()
+    clause, params = where_sql(where)
     return [row[0] for row in conn.execute(f"SELECT d.id FROM documents d WHERE {clause}", params)]
 
 
@@ -207,6 +174,29 @@ def chunks_without_vectors(conn: sqlite3.Connection, limit: int) -> list[tuple[i
         "WHERE e.chunk_id IS NULL ORDER BY c.id LIMIT ?",
         (limit,),
     ).fetchall()
+
+
+def documents_of_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, int]:
+    """The document id of each of these chunks that exists."""
+    found: dict[int, int] = {}
+    for start in range(0, len(chunk_ids), 500):
+        part = list(chunk_ids[start : start + 500])
+        found.update(conn.execute(f"SELECT id, document_id FROM chunks WHERE id IN ({_marks(part)})", part).fetchall())
+    return found
+
+
+def stored_vector_batches(conn: sqlite3.Connection, dim: int, batch: int = 20_000) -> Iterator[tuple[list[int], list[int], np.ndarray]]:
+    """Every stored vector of this dimension, as (chunk ids, document ids, matrix) batches."""
+    import numpy as np
+
+    cursor = conn.execute(
+        "SELECT e.chunk_id, c.document_id, e.vector FROM embeddings e JOIN chunks c ON c.id = e.chunk_id"
+    )
+    while rows := cursor.fetchmany(batch):
+        rows = [row for row in rows if len(row[2]) == dim * 4]
+        if rows:
+            vectors = np.frombuffer(b"".join(row[2] for row in rows), dtype="<f4").reshape(len(rows), dim)
+            yield [row[0] for row in rows], [row[1] for row in rows], vectors
 
 
 def existing_chunk_ids(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> set[int]:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import sqlite3
 
-from .errors import ConfigError
+from ...errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema (kb engine 2.x)", _BASE_SCHEMA),
     Migration(
         2,
-        "documents.updated_at for note mutation (seed 001, kb engine 3.0)",
+        "documents.updated_at for note mutation (kb engine 3.0)",
         (
             "ALTER TABLE documents ADD COLUMN updated_at TEXT",
             "UPDATE documents SET updated_at = created_at",

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
-from .. import documents, indexing, validation
 from ..clock import now_iso, parse_iso
-from ..documents import DocumentFilter
 from ..errors import ValidationError
-from . import current_engine
+from ..store.base import DocumentFilter
+from . import current_engine, validation
 
 blueprint = Blueprint("documents", __name__)
 
@@ -24,22 +23,18 @@ def list_documents() -> dict[str, object]:
         updated_since=parse_iso(since, "updated_since") if since else None,
     )
     limit, offset = validation.page_args()
-    with engine.db.snapshot() as conn:
-        found, total = documents.list_documents(conn, where, limit, offset)
+    found, total = engine.store.list_documents(where, limit, offset)
     return {"documents": found, "total": total}
 
 
 @blueprint.get("/api/v1/documents/<id:doc_id>")
 def get_document(doc_id: int) -> Response:
-    engine = current_engine()
-    with engine.db.snapshot() as conn:
-        document = documents.get_document_detail(conn, doc_id)
-    return _with_etag(document)
+    return _with_etag(current_engine().store.get_document(doc_id, detail=True))
 
 
 @blueprint.delete("/api/v1/documents/<id:doc_id>")
 def delete_document(doc_id: int) -> tuple[str, int]:
-    indexing.delete_document(current_engine(), doc_id)
+    current_engine().store.delete_document(doc_id)
     return "", 204
 
 
@@ -51,7 +46,7 @@ def update_note(doc_id: int) -> Response:
     title = validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS)
     if text is None and title is None:
         raise ValidationError("give text, title or both")
-    document = indexing.update_note(engine, doc_id, text, title, if_match_versions())
+    document = engine.indexer.update_note(doc_id, text, title, if_match_versions())
     return _with_etag(document)
 
 
@@ -62,23 +57,18 @@ def add_tags(doc_id: int) -> dict[str, object]:
     tags = validation.tags(body.get("tags"))
     if not tags:
         raise ValidationError("tags must hold at least one tag")
-    with engine.db.write() as conn:
-        return documents.add_tags(conn, doc_id, tags, now_iso())
+    return engine.store.add_tags(doc_id, tags, now_iso())
 
 
 # <path:...> so that a tag holding "/" (sent as %2F, which the server decodes) still reaches us whole.
 @blueprint.delete("/api/v1/documents/<id:doc_id>/tags/<path:tag>")
 def remove_tag(doc_id: int, tag: str) -> dict[str, object]:
-    engine = current_engine()
-    with engine.db.write() as conn:
-        return documents.remove_tag(conn, doc_id, tag, now_iso())
+    return current_engine().store.remove_tag(doc_id, tag, now_iso())
 
 
 @blueprint.get("/api/v1/tags")
 def list_tags() -> dict[str, object]:
-    engine = current_engine()
-    with engine.db.snapshot() as conn:
-        return {"tags": documents.list_tags(conn, request.args.get("prefix") or None)}
+    return {"tags": current_engine().store.list_tags(request.args.get("prefix") or None)}
 
 
 def if_match_versions() -> frozenset[str] | None:

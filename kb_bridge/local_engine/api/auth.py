@@ -11,7 +11,7 @@ import hmac
 
 from flask import Flask, request
 
-from .errors import Unauthorized
+from ..errors import Unauthorized
 
 
 def _digest(value: str) -> bytes:

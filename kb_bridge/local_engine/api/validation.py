@@ -11,7 +11,7 @@ from typing import Any
 from flask import request
 from werkzeug.exceptions import BadRequest as WerkzeugBadRequest
 
-from .errors import BadRequest, ValidationError
+from ..errors import BadRequest, ValidationError
 
 MAX_TAG_CHARS = 200
 MAX_TAGS = 100

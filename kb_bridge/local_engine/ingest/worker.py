@@ -1,25 +1,24 @@
 """The ingestion worker: one background thread that runs queued jobs in order.
 
 One thread is enough: embedding already uses every core through torch, and one writer is all SQLite
-allows. Between jobs, once the model is ready, it embeds chunks that were stored without a vector.
+allows. Between jobs, once the model is ready, it embeds chunks that were stored without a vector. It is
+given what it needs (the store, the embedder slot, the indexer, the staging directory), not the engine.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from . import indexing, jobs, parsers
-from .clock import now_iso
-from .documents import NewDocument, derive_title, text_sha256
-from .errors import IngestionError
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from ..clock import now_iso
+from ..embedding.embedder import EmbedderSlot
+from ..errors import IngestionError
+from ..store.base import Abandoned, ClaimedJob, NewDocument, Store, text_sha256
+from . import parsers
+from .indexing import Indexer
+from .notes import derive_title
+from .staging import Staging
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +26,11 @@ IDLE_POLL_SECONDS = 5.0
 
 
 class IngestionWorker:
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store, embedders: EmbedderSlot, indexer: Indexer, staging: Staging) -> None:
+        self._store = store
+        self._embedders = embedders
+        self._indexer = indexer
+        self._staging = staging
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -39,7 +41,7 @@ class IngestionWorker:
         self._thread.start()
 
     def notify(self) -> None:
-        """A job was queued: look now rather than at the next poll."""
+        """A job was queued (or the model became ready): look now rather than at the next poll."""
         self._wake.set()
 
     def stop(self, timeout: float) -> bool:
@@ -54,7 +56,7 @@ class IngestionWorker:
     def _run(self) -> None:
         while not self._stop.is_set():
             # While the model loads, jobs wait, so that documents get their vectors when they are written.
-            if not self._engine.embedders.wait(0.5):
+            if not self._embedders.wait(0.5):
                 continue
             self._wake.clear()
             try:
@@ -66,41 +68,39 @@ class IngestionWorker:
             self._wake.wait(IDLE_POLL_SECONDS)
 
     def _run_one_job(self) -> bool:
-        engine = self._engine
-        with engine.db.write() as conn:
-            job = jobs.claim_next(conn, now_iso())
+        job = self._store.claim_job(now_iso())
         if job is None:
             return False
-        logger.info("job %d (%s) started", job["id"], job["type"])
+        logger.info("job %d (%s) started", job.id, job.type)
         try:
             new = self._read(job)
-            prepared = indexing.prepare(engine, new.title, new.content, new.doc_type, self._stop)
-            doc_id = indexing.create_document(engine, job["id"], new, prepared)
-        except indexing.Abandoned:
-            self._requeue(job["id"])
+            prepared = self._indexer.prepare(new.title, new.content, new.doc_type, self._stop)
+            doc_id = self._store.complete_job(job.id, new, prepared, now_iso())
+        except Abandoned:
+            logger.info("job %d abandoned for shutdown; it runs again at the next start", job.id)
+            self._store.requeue_job(job.id)
             return True
         except IngestionError as exc:
             self._fail(job, exc.message)
         except Exception as exc:
-            logger.exception("job %d failed unexpectedly", job["id"])
+            logger.exception("job %d failed unexpectedly", job.id)
             self._fail(job, f"internal error while ingesting ({type(exc).__name__}); see the engine log")
         else:
-            logger.info("job %d done: document %d, %d chunks", job["id"], doc_id, len(prepared.texts))
-            engine.staging.remove(self._staged_path(job))
+            logger.info("job %d done: document %d, %d chunks", job.id, doc_id, len(prepared.texts))
+            self._staging.remove(self._staged_path(job))
         return True
 
-    def _read(self, job: sqlite3.Row) -> NewDocument:
+    def _read(self, job: ClaimedJob) -> NewDocument:
         """The document a job describes, with its text extracted."""
-        payload: dict[str, Any] = json.loads(job["payload"] or "{}")
+        payload = job.payload
         tags = tuple(payload.get("tags") or ())
-        if job["type"] == "note":
+        if job.type == "note":
             text = str(payload.get("text") or "")
-            data = text.encode("utf-8")
             return NewDocument(
                 title=payload.get("title") or derive_title(text),
                 doc_type="note",
                 source_path=payload.get("source_path"),
-                size_bytes=len(data),
+                size_bytes=len(text.encode("utf-8")),
                 sha256=text_sha256(text),
                 content=text,
                 tags=tags,
@@ -109,7 +109,7 @@ class IngestionWorker:
         if path is None or not path.is_file():
             raise IngestionError("the uploaded file is missing from the engine's staging directory")
         doc_type = payload["doc_type"]
-        filename = job["filename"] or path.name
+        filename = job.filename or path.name
         return NewDocument(
             title=payload.get("title") or filename,
             doc_type=doc_type,
@@ -121,11 +121,11 @@ class IngestionWorker:
         )
 
     def _backfill_some(self) -> bool:
-        embedder = self._engine.embedders.current()
+        embedder = self._embedders.current()
         if embedder is None or not self._backfill_pending:
             return False
         try:
-            done = indexing.backfill_vectors(self._engine, embedder, self._engine.config.embed_batch_size * 8)
+            done = self._indexer.backfill(embedder, self._indexer.batch_size * 8)
         except Exception:
             logger.exception("embedding stored chunks failed; giving up until the next start")
             done = 0
@@ -135,16 +135,10 @@ class IngestionWorker:
             self._backfill_pending = False
         return bool(done)
 
-    def _staged_path(self, job: sqlite3.Row) -> Path | None:
-        return self._engine.staging.directory / job["staged_path"] if job["staged_path"] else None
+    def _staged_path(self, job: ClaimedJob) -> Path | None:
+        return self._staging.directory / job.staged_path if job.staged_path else None
 
-    def _fail(self, job: sqlite3.Row, message: str) -> None:
-        logger.warning("job %d failed: %s", job["id"], message)
-        with self._engine.db.write() as conn:
-            jobs.fail_job(conn, job["id"], message, now_iso())
-        self._engine.staging.remove(self._staged_path(job))
-
-    def _requeue(self, job_id: int) -> None:
-        logger.info("job %d abandoned for shutdown; it runs again at the next start", job_id)
-        with self._engine.db.write() as conn:
-            jobs.requeue(conn, job_id)
+    def _fail(self, job: ClaimedJob, message: str) -> None:
+        logger.warning("job %d failed: %s", job.id, message)
+        self._store.fail_job(job.id, message, now_iso())
+        self._staging.remove(self._staged_path(job))

@@ -1,32 +1,20 @@
-"""Full-text search: BM25 over the FTS5 index of chunk titles and texts.
+"""Full-text search in SQLite: BM25 over the FTS5 index of chunk titles and texts.
 
-User queries never reach FTS5 as syntax. They are cut into word tokens, each token is quoted, and the
-tokens are OR-ed: a natural-language question then ranks by BM25 like a search engine does, instead of
-requiring every word (AND) or failing on `"`, `*`, `:`, `(`, `-` or `NEAR`. A query with no word in it
-matches nothing rather than raising an error.
+The query's words (store/query_terms.py) are each quoted and OR-ed: a natural-language question then ranks
+by BM25 like a search engine does, instead of requiring every word (AND) or failing on `"`, `*`, `:`, `(`,
+`-` or `NEAR`. A query with no word in it matches nothing rather than raising an error.
 
-`score_ceiling` gives hybrid fusion an absolute scale for BM25 (see fusion.py).
+`score_ceiling` gives hybrid fusion an absolute scale for BM25 (search/fusion.py).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import sqlite3
 
-from .documents import DocumentFilter
-
-_TOKEN = re.compile(r"\w+", re.UNICODE)
-MAX_TERMS = 32
-
-# Function words that match nearly every chunk: they cost time and add nothing to BM25's ranking.
-# Dropped only when the query has other words ("to be or not to be" still searches for itself).
-STOPWORDS = frozenset(
-    """a about an and are as at be by can could did do does for from had has have how i if in into is it its
-    me my no not of on or our she should so than that the their them then there these they this to was we
-    were what when where which who why will with would you your""".split()
-)
-
+from ..base import DocumentFilter, Ranking
+from ..query_terms import query_words
+from .documents import where_sql
 
 # FTS5's bm25() constant k1 (fixed in SQLite): a term's contribution tends to idf * (k1 + 1) as its
 # frequency in a row grows.
@@ -34,10 +22,8 @@ BM25_K1 = 1.2
 
 
 def query_phrases(query: str) -> list[str]:
-    """The query's searchable words, each quoted as an FTS5 phrase, without duplicates."""
-    tokens = list(dict.fromkeys(token.lower() for token in _TOKEN.findall(query)))
-    words = [token for token in tokens if token not in STOPWORDS] or tokens
-    return [f'"{word}"' for word in words[:MAX_TERMS]]
+    """The query's searchable words, each quoted as an FTS5 phrase."""
+    return [f'"{word}"' for word in query_words(query)]
 
 
 def match_expression(query: str) -> str | None:
@@ -71,7 +57,7 @@ def search(
     limit: int,
     title_weight: float,
     text_weight: float,
-) -> list[tuple[int, float]]:
+) -> Ranking:
     """(chunk_id, score) best first; score is -BM25, so higher is better. Filters apply before the limit."""
     expression = match_expression(query)
     if expression is None or limit <= 0:
@@ -82,7 +68,7 @@ def search(
         sql = f"SELECT rowid, {bm25} AS s FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY s LIMIT ?"
         params: list[object] = [expression, limit]
     else:
-        clause, filter_params = where.sql("d")
+        clause, filter_params = where_sql(where, "d")
         sql = (
             f"SELECT f.rowid, {bm25} AS s FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
             f"JOIN documents d ON d.id = c.document_id WHERE chunks_fts MATCH ? AND {clause} ORDER BY s LIMIT ?"

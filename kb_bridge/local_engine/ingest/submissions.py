@@ -1,0 +1,65 @@
+"""Queueing ingestion jobs, with Idempotency-Key semantics.
+
+The same key with the same body within the TTL (24 h) returns the original job and creates nothing; the
+same key with another body is a conflict. "The same body" is the sha256 of the canonical JSON of the
+request's meaning: the note's fields, or the uploaded file's sha256 plus its name and fields. The store
+checks and inserts in one transaction, so two concurrent retries cannot both create a job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..clock import now_iso, seconds_ago_iso
+from ..store.base import JSON, Idempotency, Store, Submission
+from .staging import HashingFile, Staging
+
+
+def body_digest(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+class Intake:
+    """Where new work enters: notes and uploaded files become queued jobs."""
+
+    def __init__(self, store: Store, staging: Staging, on_queued: Callable[[], None], idempotency_ttl_seconds: int) -> None:
+        self._store = store
+        self._staging = staging
+        self._on_queued = on_queued
+        self._ttl = idempotency_ttl_seconds
+
+    def submit_note(self, fields: dict[str, Any], key: str | None) -> tuple[JSON, bool]:
+        """Queue a note. Returns (job, created); created is False when an idempotent replay found the job."""
+        job, created = self._store.submit(Submission("note", fields), self._idempotency(key, fields), now_iso())
+        if created:
+            self._on_queued()
+        return job, created
+
+    def submit_file(
+        self, part: HashingFile, filename: str, doc_type: str, fields: dict[str, Any], key: str | None
+    ) -> tuple[JSON, bool]:
+        """Keep the uploaded file and queue it. Returns (job, created) like submit_note."""
+        sha256 = part.sha256()
+        idempotency = self._idempotency(key, {**fields, "filename": filename, "file_sha256": sha256})
+        staged = self._staging.keep(part, Path(filename).suffix.lower())
+        payload = {**fields, "doc_type": doc_type, "size": staged.size, "sha256": sha256}
+        submission = Submission("file", payload, filename=filename, staged_path=staged.path.name)
+        try:
+            job, created = self._store.submit(submission, idempotency, now_iso())
+        except BaseException:
+            self._staging.remove(staged.path)
+            raise
+        if created:
+            self._on_queued()
+        else:
+            self._staging.remove(staged.path)
+        return job, created
+
+    def _idempotency(self, key: str | None, meaning: dict[str, Any]) -> Idempotency | None:
+        if key is None:
+            return None
+        return Idempotency(key, body_digest(meaning), seconds_ago_iso(self._ttl))

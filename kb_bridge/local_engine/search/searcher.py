@@ -1,0 +1,101 @@
+"""Search: BM25 (fts), cosine similarity (vector), and their fusion (hybrid), over any Store.
+
+Hybrid takes the best `candidates` of each signal, filtered the same way, and fuses them as fusion.py says
+(a weighted sum of cosine and BM25 on an absolute scale by default; reciprocal rank fusion on request).
+The BM25 query and the BM25 ceiling run in the request thread while the query is embedded on the query
+thread. The method, depth and weights come from the config, tuned on SciFact (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from ..config import EngineConfig
+from ..embedding.embedder import EmbedderSlot
+from ..errors import Conflict, NotFound, NotReady
+from ..store.base import JSON, DocumentFilter, Ranking, Store
+from .fusion import Fusion
+
+if TYPE_CHECKING:
+    import numpy as np
+
+MODES = ("hybrid", "fts", "vector")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    top_n: int = 10
+    where: DocumentFilter = DocumentFilter()
+    mode: str = "hybrid"
+
+
+class Searcher:
+    def __init__(self, store: Store, embedders: EmbedderSlot, config: EngineConfig) -> None:
+        self._store = store
+        self._embedders = embedders
+        self._config = config
+        self._fusion = Fusion(config.fusion, config.fts_weight, config.vector_weight, config.rrf_k)
+
+    def vectors_ready(self) -> bool:
+        """Vector and hybrid search can run. The slot turns ready only after the store has taken the model's
+        vectors (Engine registers that step as the slot's on_ready listener)."""
+        return self._embedders.current() is not None
+
+    def modes(self) -> list[str]:
+        return list(MODES) if self.vectors_ready() else ["fts"]
+
+    def search(self, request: SearchRequest) -> JSON:
+        started = time.perf_counter()
+        mode = request.mode if self.vectors_ready() else "fts"
+        query_vector: Future[np.ndarray] | None = None
+        if mode != "fts":
+            embedder = self._embedders.current()
+            assert embedder is not None  # vectors_ready() said so
+            query_vector = embedder.submit_query(request.query)  # on the query thread, while BM25 runs here
+        ranked = self._rank(request, mode, query_vector)[: request.top_n]
+        chunks = self._store.get_chunks([chunk_id for chunk_id, _ in ranked])
+        return {
+            "query": request.query,
+            "mode": mode,
+            "took_ms": round((time.perf_counter() - started) * 1000, 3),
+            "results": [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked if chunk_id in chunks],
+        }
+
+    def _rank(self, request: SearchRequest, mode: str, query_vector: Future[np.ndarray] | None) -> Ranking:
+        config = self._config
+        depth = max(config.candidates, request.top_n) if mode == "hybrid" else request.top_n
+        lexical: Ranking = []
+        ceiling = 0.0
+        if mode != "vector":  # runs while the query is being embedded
+            lexical = self._store.search_text(request.query, request.where, depth, config.bm25_title_weight,
+                                              config.bm25_text_weight)
+            if mode == "hybrid" and config.fusion == "convex":
+                ceiling = self._store.text_score_ceiling(request.query)
+        if query_vector is None:
+            return lexical
+        vector = query_vector.result()
+        semantic = self._store.search_vectors(vector, depth, request.where)
+        if mode == "vector":
+            return semantic
+        return self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids))
+
+    def related(self, chunk_id: int, top_n: int, same_document: bool) -> JSON:
+        """Chunks most similar to a stored chunk, by vector; other documents only unless same_document."""
+        chunk = self._store.get_chunks([chunk_id]).get(chunk_id)
+        if chunk is None:
+            raise NotFound(f"chunk {chunk_id} not found")
+        if not self.vectors_ready():
+            if self._embedders.state == "loading":
+                raise NotReady("the embedding model is still loading; retry in a few seconds")
+            raise Conflict(f"this engine has no vectors ({self._embedders.reason}); related chunks need them")
+        vector = self._store.vector_of(chunk_id)
+        if vector is None:
+            raise NotReady(f"chunk {chunk_id} has no vector yet; the engine is still embedding stored chunks")
+        exclude_document = None if same_document else int(str(chunk["document_id"]))
+        hits = self._store.search_vectors(vector, top_n, exclude_chunk=chunk_id, exclude_document=exclude_document)
+        found = self._store.get_chunks([hit_id for hit_id, _ in hits])
+        return {"results": [{**found[hit_id], "score": score} for hit_id, score in hits if hit_id in found]}

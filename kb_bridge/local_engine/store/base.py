@@ -1,0 +1,205 @@
+"""The Store: everything the engine keeps, behind one interface.
+
+Routes, the ingestion worker and search never run SQL: they call a Store. One backend module holds all of
+its SQL (`store/sqlite/` today); the engine picks one with `store.open_store(config)`. Every method is its
+own transaction; methods that change a document change its chunks, vectors, full-text rows and tags in
+that same transaction, so a reader never sees half of a change and a crash leaves none of it.
+
+Objects cross this interface as the API's JSON dicts (documents, chunks, jobs), so the HTTP layer only
+serialises them, plus the few typed values below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import NotANote, PreconditionFailed
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Ranking = list[tuple[int, float]]  # (chunk_id, score), best first
+JSON = dict[str, object]
+JOB_STATUSES = ("queued", "running", "done", "failed")
+
+
+def text_sha256(text: str) -> str:
+    """The key of a chunk's text: with the title, it says whether a stored vector can be reused."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentFilter:
+    """Which documents a listing or a search may return; every given criterion must hold."""
+
+    tags: tuple[str, ...] = ()
+    doc_type: str | None = None
+    source_path: str | None = None
+    updated_since: str | None = None
+
+    def is_empty(self) -> bool:
+        return not (self.tags or self.doc_type or self.source_path or self.updated_since)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewDocument:
+    """A document about to be stored (from a finished ingestion job)."""
+
+    title: str
+    doc_type: str
+    source_path: str | None
+    size_bytes: int
+    sha256: str
+    content: str
+    tags: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedChunks:
+    """A document's chunk texts and their vectors (one row per text), or None without an embedder."""
+
+    texts: list[str]
+    vectors: np.ndarray | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedJob:
+    """A queued job this engine has taken to run."""
+
+    id: int
+    type: str
+    filename: str | None
+    payload: Mapping[str, Any]
+    staged_path: str | None  # the uploaded file's name in the staging directory (file jobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """A job to queue: its type, what it needs, and (for a file) the staged upload."""
+
+    type: str
+    payload: Mapping[str, Any]
+    filename: str | None = None
+    staged_path: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Idempotency:
+    """An Idempotency-Key, the digest of the request it came with, and the oldest time it still counts."""
+
+    key: str
+    body_sha256: str
+    not_before: str
+
+
+def check_note(doc_type: object, version: object, doc_id: int, if_match: Collection[str] | None) -> None:
+    """A note (else NotANote) at a version `if_match` accepts (else PreconditionFailed); None accepts any."""
+    if doc_type != "note":
+        raise NotANote(f"document {doc_id} is a {doc_type} file, not a note; only notes can be edited")
+    if if_match is not None and "*" not in if_match and str(version) not in if_match:
+        wanted = ", ".join(sorted(if_match)) or "none"
+        raise PreconditionFailed(f"document {doc_id} is at version {version}; If-Match asked for {wanted}")
+
+
+class Abandoned(Exception):
+    """The job is not this worker's to finish any more (the engine is stopping, or it was requeued)."""
+
+
+class Store(Protocol):
+    """What the engine needs from its storage."""
+
+    kind: str  # "sqlite" or "postgresql", as /api/v1/status reports it
+
+    # --- life ---------------------------------------------------------------------------------------------
+    def open(self) -> int:
+        """Create or upgrade the schema (refusing a newer one); returns the schema version."""
+
+    def close(self) -> None: ...
+
+    def recover(self, idempotency_not_before: str) -> tuple[int, set[str]]:
+        """At start: put jobs left running back in the queue and forget old idempotency keys.
+        Returns (jobs requeued, staged file names that queued jobs still need)."""
+
+    # --- jobs -----------------------------------------------------------------------------------------------
+    def submit(self, submission: Submission, idempotency: Idempotency | None, now: str) -> tuple[JSON, bool]:
+        """Queue a job. With an idempotency key already used for the same body, the earlier job and False;
+        for another body, Conflict. Check and insert are one transaction."""
+
+    def get_job(self, job_id: int) -> JSON: ...
+
+    def list_jobs(self, status: str | None, limit: int, offset: int) -> tuple[list[JSON], int]: ...
+
+    def queue_counts(self) -> dict[str, int]: ...
+
+    def claim_job(self, now: str) -> ClaimedJob | None:
+        """Mark the oldest queued job running and return it, or None when the queue is empty."""
+
+    def complete_job(self, job_id: int, new: NewDocument, chunks: PreparedChunks, now: str) -> int:
+        """Store the job's document and mark the job done, atomically; Abandoned if it is not running.
+        Returns the document id."""
+
+    def fail_job(self, job_id: int, error: str, now: str) -> None: ...
+
+    def requeue_job(self, job_id: int) -> None: ...
+
+    # --- documents and tags --------------------------------------------------------------------------------
+    def get_document(self, doc_id: int, detail: bool = False) -> JSON:
+        """The document (NotFound otherwise); with `detail`, its `content` and `chunks` too."""
+
+    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]: ...
+
+    def delete_document(self, doc_id: int) -> None: ...
+
+    def replace_note(
+        self, doc_id: int, title: str, text: str, chunks: PreparedChunks, if_match: Collection[str] | None, now: str
+    ) -> JSON:
+        """Replace a note's title, text, chunks and vectors; version + 1. NotANote for a file,
+        PreconditionFailed when `if_match` (versions accepted; "*" any) does not hold."""
+
+    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON: ...
+
+    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON: ...
+
+    def list_tags(self, prefix: str | None) -> list[JSON]: ...
+
+    def counts(self) -> dict[str, int]:
+        """documents, notes, files, chunks."""
+
+    # --- chunks and vectors ---------------------------------------------------------------------------------
+    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, JSON]:
+        """Chunk objects (score None) by id; ids that no longer exist are absent."""
+
+    def stored_vectors(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+        """Vectors already made for chunks with exactly this (title, text sha256)."""
+
+    def chunks_without_vectors(self, limit: int) -> list[tuple[int, int, str, str]]:
+        """(chunk_id, document_id, title, text) of chunks that have no vector yet, oldest first."""
+
+    def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
+        """Store vectors for chunks that still exist; returns how many were stored."""
+
+    def use_embeddings(self, identity: str, dim: int) -> int:
+        """Serve vector search for embeddings of this identity (model/dimension/input); vectors made by
+        another are dropped (and remade by the worker). Returns how many vectors are ready."""
+
+    def vector_count(self) -> int: ...
+
+    # --- search -----------------------------------------------------------------------------------------------
+    def search_text(self, query: str, where: DocumentFilter, limit: int, title_weight: float,
+                    text_weight: float) -> Ranking:
+        """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit."""
+
+    def text_score_ceiling(self, query: str) -> float:
+        """The highest BM25 score a chunk could reach for this query (hybrid fusion's scale)."""
+
+    def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
+                       exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:
+        """The k chunks most similar to `vector`, (chunk_id, cosine) best first, filters before the cut."""
+
+    def similarities(self, vector: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
+        """The cosine of `vector` with each of these chunks; chunks without a vector are left out."""
+
+    def vector_of(self, chunk_id: int) -> np.ndarray | None: ...
