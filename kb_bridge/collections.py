@@ -14,6 +14,7 @@ from kb_bridge.errors import InvalidArgument
 PREFIX = "collection:"
 DEFAULT = "documents"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+NAME_RULE = "1-64 characters: lower-case letters a-z, digits, '.', '_' or '-', starting with a letter or digit (e.g. memory)"
 _NAME_RE = re.compile(NAME_PATTERN)
 
 
@@ -25,7 +26,7 @@ def tag_for(name: str) -> str:
 
 def check_name(name: str, field: str = "collection") -> str:
     if not _NAME_RE.fullmatch(name):
-        raise InvalidArgument(field, "use 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise InvalidArgument(field, f"a collection name must be {NAME_RULE}")
     return name
 
 

@@ -14,12 +14,25 @@ from kb_bridge import collections
 from kb_bridge.errors import EngineBadResponse
 
 # --- schema building blocks -----------------------------------------------------------------
+#
+# Portable JSON Schema only: one `type` per schema (a nullable value is `anyOf` a type and null, since
+# clients that map schemas onto a single-type dialect reject type arrays), no bare `true`, no remote $ref.
+# tests/test_schemas.py holds every published schema to these rules.
 
 STR = {"type": "string"}
 INT = {"type": "integer"}
-OPT_STR = {"type": ["string", "null"]}
-OPT_INT = {"type": ["integer", "null"]}
-OPT_NUM = {"type": ["number", "null"]}
+BOOL = {"type": "boolean"}
+NULL = {"type": "null"}
+
+
+def nullable(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema, or null."""
+    return {"anyOf": [dict(schema), NULL]}
+
+
+OPT_STR = nullable(STR)
+OPT_INT = nullable(INT)
+OPT_NUM = nullable({"type": "number"})
 TAGS = {"type": "array", "items": STR}
 
 
@@ -35,6 +48,21 @@ def obj(properties: Mapping[str, Any], required: list[str] | None = None) -> dic
     if names:
         schema["required"] = names
     return schema
+
+
+# An error result's structured content: {"error": {"code", "message", ...details such as "field"}}. Kept
+# small: it is repeated in every tool's outputSchema, which agents pay for in tokens.
+ERROR = {"type": "object", "properties": {"code": STR, "message": STR}, "required": ["code", "message"]}
+
+
+def result(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's outputSchema: its result's fields, or on an error result (isError) only `error`.
+
+    No `required` list at this level, so that an error result's structured content validates too (clients
+    such as the TypeScript SDK check structuredContent against the outputSchema even when isError is
+    true); the handlers always emit every field of a success result.
+    """
+    return {"type": "object", "properties": {**properties, "error": ERROR}}
 
 
 DOCUMENT_FIELDS: dict[str, Any] = {

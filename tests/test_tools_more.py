@@ -194,3 +194,60 @@ async def test_update_text_and_move_together(client: Client, engine: responses.R
     result = await client.call_tool("kb_update_note", {"document_id": 42, "text": "new", "collection": "memory"})
     assert not result.is_error
     assert body(engine.calls[0]) == {"text": "new"}
+
+
+# --- what other clients send: integer-valued floats, contradictory flags, names by rule -------------------------
+
+
+async def test_integer_valued_floats_are_integers(client: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": []})
+    engine.get(f"{API}/documents/12", json=document(12, content="x", chunks=[]))
+    engine.delete(f"{API}/documents/12", status=204)
+    engine.get(f"{API}/jobs", json={"jobs": [], "total": 0})
+    assert not (await client.call_tool("kb_search", {"query": "q", "top": 1.0})).is_error
+    assert body(engine.calls[0])["top_n"] == 1 and isinstance(body(engine.calls[0])["top_n"], int)
+    got = await client.call_tool("kb_get", {"document_id": 12.0})
+    assert got.structured_content["documents"][0]["id"] == 12
+    deleted = await client.call_tool("kb_delete", {"document_id": 12.0})
+    assert deleted.structured_content == {"document_id": 12, "deleted": True}
+    assert not (await client.call_tool("kb_jobs", {"limit": 5.0})).is_error
+    assert query(engine.calls[-1])["limit"] == ["5"]
+
+
+@pytest.mark.parametrize("value", [1.5, float("inf"), 1e300])
+async def test_other_floats_where_an_integer_belongs_name_the_field(client: Client, engine: responses.RequestsMock, value: float) -> None:
+    result = await client.call_tool("kb_search", {"query": "q", "top": value})
+    assert result.is_error and result.structured_content["error"]["field"] == "top"
+    assert not engine.calls
+
+
+async def test_fts_only_with_another_mode_is_refused(client: Client, engine: responses.RequestsMock) -> None:
+    result = await client.call_tool("kb_search", {"query": "q", "fts_only": True, "mode": "vector"})
+    error = result.structured_content["error"]
+    assert result.is_error and error["code"] == "VALIDATION_ERROR" and error["field"] == "fts_only"
+    assert "mode" in error["message"] and not engine.calls
+    engine.post(f"{API}/search", json={"query": "q", "mode": "fts", "results": []})
+    for arguments in ({"fts_only": True, "mode": "fts"}, {"fts_only": True}, {"fts_only": False, "mode": "vector"}):
+        assert not (await client.call_tool("kb_search", {"query": "q", **arguments})).is_error
+
+
+@pytest.mark.parametrize("name", ["Bad Name", "x" * 65, "-leading", "ünï"])
+async def test_a_bad_collection_name_is_told_the_rule(client: Client, engine: responses.RequestsMock, name: str) -> None:
+    for tool, arguments in (("kb_addnote", {"text": "t", "collection": name}), ("kb_search", {"query": "q", "collection": name})):
+        error = (await client.call_tool(tool, arguments)).structured_content["error"]
+        assert error["field"] == "collection"
+        assert "1-64" in error["message"] and "lower-case" in error["message"] and "digits" in error["message"]
+    assert not engine.calls
+
+
+async def test_status_text_is_a_short_summary_for_people(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/status", json={
+        "version": "3.2.0", "model": {"name": "all-MiniLM-L6-v2", "dim": 384}, "device": "cpu",
+        "search_modes": ["hybrid", "fts", "vector"], "documents": {"total": 10, "notes": 4, "files": 6},
+        "chunks": 130, "queue": {"queued": 2, "running": 1, "done": 12, "failed": 1},
+    })
+    text = (await client.call_tool("kb_status", {})).content[0].text
+    assert "{" not in text and "'" not in text
+    assert "engine 3.2.0" in text and "kb-bridge " in text and "all-MiniLM-L6-v2 on cpu" in text
+    assert "10 (4 notes, 6 files), 130 chunks" in text
+    assert "2 queued, 1 running, 12 done, 1 failed" in text

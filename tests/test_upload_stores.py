@@ -147,3 +147,45 @@ def _gone(store: UploadStore, upload_id: str) -> bool:
         return True
     return False
 
+
+
+def test_cancel_removes_an_open_upload_and_keeps_a_finished_one(store: UploadStore) -> None:
+    open_id = new_upload(store)
+    store.put_chunk(open_id, OWNER, 0, b"abc")
+    assert store.cancel(open_id, "owner-b") is None  # another owner's: as if absent
+    cancelled = store.cancel(open_id, OWNER)
+    assert cancelled is not None and cancelled.result is None
+    with pytest.raises(NotFound):
+        store.get(open_id, OWNER)
+    assert store.cancel(open_id, OWNER) is None
+    assert store.cancel("../" + open_id, OWNER) is None
+    assert store.stats() == (0, 0)
+    done_id = new_upload(store, size=3)
+    store.put_chunk(done_id, OWNER, 0, b"abc")
+    store.mark_finished(done_id, OWNER, {"job_id": 5})
+    kept = store.cancel(done_id, OWNER)
+    assert kept is not None and kept.result == {"job_id": 5}
+    assert store.get(done_id, OWNER).result == {"job_id": 5}
+
+
+def test_cancel_frees_the_owners_limits(store: UploadStore) -> None:
+    first = new_upload_id()
+    store.create(Upload(first, OWNER, "a.txt", 8, [], "documents"), 1, 8)
+    with pytest.raises(LimitExceeded):
+        store.create(Upload(new_upload_id(), OWNER, "b.txt", 8, [], "documents"), 1, 8)
+    store.cancel(first, OWNER)
+    store.create(Upload(new_upload_id(), OWNER, "b.txt", 8, [], "documents"), 1, 8)
+
+
+def test_open_uploads_lists_only_the_owners_unfinished_uploads(store: UploadStore) -> None:
+    first = new_upload(store)
+    store.put_chunk(first, OWNER, 0, b"ab")
+    second = new_upload(store)
+    finished = new_upload(store, size=1)
+    store.put_chunk(finished, OWNER, 0, b"x")
+    store.mark_finished(finished, OWNER, {"job_id": 1})
+    new_upload(store, owner="owner-b")
+    listed = store.open_uploads(OWNER)
+    assert sorted(u.upload_id for u, _ in listed) == sorted([first, second])
+    assert {u.upload_id: p.received_bytes for u, p in listed} == {first: 2, second: 0}
+    assert [u.upload_id for u, _ in store.open_uploads("owner-c")] == []

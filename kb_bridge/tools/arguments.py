@@ -23,12 +23,23 @@ from kb_bridge.tools.validation import ArgumentValidator
 # Printable text without control characters (tags, titles, paths end up in headers and logs).
 _NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
 
+_DOC_TYPE_PATTERN = r"^[a-z0-9]+$"
+SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
+
+# What each pattern means, in words: a value that breaks one is told the rule (tools/validation.py).
+PATTERN_RULES = {
+    collections.NAME_PATTERN: f"a collection name of {collections.NAME_RULE}",
+    _NO_CONTROL: "text without control characters (no newlines or tabs)",
+    _DOC_TYPE_PATTERN: "a file type in lower-case letters and digits, e.g. note, md, pdf",
+    SHA256_PATTERN: "a sha256 digest: 64 hexadecimal digits",
+}
+
 QUERY = {"type": "string", "minLength": 1, "maxLength": 4000}
 TOP = {"type": "integer", "minimum": 1, "maximum": 50}
 TAG = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_CONTROL}
 TAGS = {"type": "array", "maxItems": 20, "items": TAG}
 COLLECTION = {"type": "string", "maxLength": 64, "pattern": collections.NAME_PATTERN}
-DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": r"^[a-z0-9]+$"}
+DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": _DOC_TYPE_PATTERN}
 DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": 2**53}
 NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}
 TITLE = {"type": "string", "minLength": 1, "maxLength": 500, "pattern": _NO_CONTROL}
@@ -84,14 +95,28 @@ class ArgumentParser(Generic[M]):
     def __init__(self, model: type[M]) -> None:
         self.model = model
         self.schema = input_schema(model)
-        self._validator = ArgumentValidator(self.schema)
-        self._lists = {f.name for f in dataclasses.fields(model) if f.metadata[_SCHEMA].get("type") == "array"}  # type: ignore[arg-type]
+        self._validator = ArgumentValidator(self.schema, PATTERN_RULES)
+        kinds = {f.name: f.metadata[_SCHEMA].get("type") for f in dataclasses.fields(model)}  # type: ignore[arg-type]
+        self._lists = {name for name, kind in kinds.items() if kind == "array"}
+        self._integers = {name for name, kind in kinds.items() if kind == "integer"}
 
     def parse(self, raw: Any) -> M:
-        """The model for `raw`, or InvalidArgument naming the first wrong field."""
+        """The model for `raw`, or InvalidArgument naming the first wrong field.
+
+        An integer-valued float where an integer is expected (`"top": 5.0`, which some clients send) is that
+        integer; any other float there is refused by the schema.
+        """
+        if isinstance(raw, dict):
+            raw = {name: _integral(value) if name in self._integers else value for name, value in raw.items()}
         self._validator.check(raw)
         values = {name: tuple(value) if name in self._lists else value for name, value in raw.items()}
         return self.model(**values)
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

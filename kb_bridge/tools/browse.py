@@ -23,7 +23,7 @@ COLLECTION_INFO = shapes.obj(
     {
         "name": shapes.STR,
         "documents": shapes.INT,
-        "by_doc_type": {"type": ["object", "null"], "additionalProperties": shapes.INT},
+        "by_doc_type": shapes.nullable({"type": "object", "additionalProperties": shapes.INT}),
         "latest_update": shapes.OPT_STR,
     },
     required=[],
@@ -35,7 +35,7 @@ class CollectionsArguments:
     name: str | None = a.field(a.COLLECTION, default=None, description="one collection's details")
 
 
-COLLECTIONS_OUTPUT = shapes.obj({"collections": {"type": "array", "items": COLLECTION_INFO}})
+COLLECTIONS_OUTPUT = shapes.result({"collections": {"type": "array", "items": COLLECTION_INFO}})
 
 
 
@@ -50,7 +50,7 @@ class ListArguments:
     cursor: str | None = a.field({"type": "string", "maxLength": 200}, default=None, description="next_cursor from the previous page")
 
 
-LIST_OUTPUT = shapes.obj(
+LIST_OUTPUT = shapes.result(
     {"documents": {"type": "array", "items": shapes.DOCUMENT}, "total": shapes.INT, "next_cursor": shapes.OPT_STR}
 )
 

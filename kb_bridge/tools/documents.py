@@ -17,7 +17,7 @@ class GetArguments:
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
 
 
-GET_OUTPUT = shapes.obj({"documents": {"type": "array", "items": shapes.FULL_DOCUMENT}})
+GET_OUTPUT = shapes.result({"documents": {"type": "array", "items": shapes.FULL_DOCUMENT}})
 
 # A source path should name one document; a page this size is plenty and bounds the reply.
 _SOURCE_PATH_LIMIT = 50
@@ -63,7 +63,7 @@ class DeleteArguments:
     document_id: int = a.field(a.DOCUMENT_ID)
 
 
-DELETE_OUTPUT = shapes.obj({"document_id": shapes.INT, "deleted": {"type": "boolean"}})
+DELETE_OUTPUT = shapes.result({"document_id": shapes.INT, "deleted": shapes.BOOL})
 
 
 def delete(ctx: ToolContext, args: DeleteArguments) -> Result:

@@ -23,7 +23,7 @@ class AddNoteArguments:
     wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the note is searchable; returns its document_id")
 
 
-ADDNOTE_OUTPUT = shapes.obj(
+ADDNOTE_OUTPUT = shapes.result(
     {
         "job_id": shapes.INT,
         "status": shapes.STR,
@@ -174,7 +174,7 @@ TOOLS = [
             "Only notes can be updated, not uploaded files."
         ),
         arguments=UpdateNoteArguments,
-        output_schema=shapes.DOCUMENT,
+        output_schema=shapes.result(shapes.DOCUMENT_FIELDS),
         handler=update_note,
         render=render_document,
         read_only=False,

@@ -20,8 +20,8 @@ class RelatedArguments:
     context: bool = a.field(a.BOOLEAN, default=False, description="include each hit's neighbouring chunks")
 
 
-CONTEXT = {"type": ["object", "null"], "properties": {"before": shapes.OPT_STR, "after": shapes.OPT_STR}}
-RELATED_OUTPUT = shapes.obj(
+CONTEXT = shapes.nullable({"type": "object", "properties": {"before": shapes.OPT_STR, "after": shapes.OPT_STR}})
+RELATED_OUTPUT = shapes.result(
     {
         "source": shapes.obj({"chunk_id": shapes.INT, "document_id": shapes.INT}),
         "results": {"type": "array", "items": {**shapes.CHUNK, "properties": {**shapes.CHUNK["properties"], "context": CONTEXT}}},

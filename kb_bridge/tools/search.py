@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import collections, shapes
+from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
@@ -29,11 +30,13 @@ class SearchArguments:
     mode: str | None = a.field(a.MODE, default=None)
 
 
-OUTPUT = shapes.obj({"query": shapes.STR, "mode": shapes.STR, "results": {"type": "array", "items": shapes.CHUNK}})
+OUTPUT = shapes.result({"query": shapes.STR, "mode": shapes.STR, "results": {"type": "array", "items": shapes.CHUNK}})
 
 
 def engine_request(args: SearchArguments) -> dict[str, Any]:
     """The engine's search body for these (validated) arguments: only what the agent gave, plus top_n."""
+    if args.fts_only and args.mode not in (None, "fts"):
+        raise InvalidArgument("fts_only", f"true means mode fts, which contradicts mode {args.mode!r}; give one of the two")
     body: dict[str, Any] = {"query": args.query, "top_n": args.top}
     tags = collections.tags_with_collection(args.collection, args.tags)
     if tags:

@@ -9,7 +9,7 @@ from kb_bridge.tools import arguments as a
 from kb_bridge.tools import render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
-STATUS_OUTPUT = shapes.obj(
+STATUS_OUTPUT = shapes.result(
     {"bridge": shapes.obj({"version": shapes.STR}), "engine": {"type": "object"}},
 )
 
@@ -20,7 +20,7 @@ class JobsArguments:
     limit: int = a.field(a.PAGE_LIMIT, default=20)
 
 
-JOBS_OUTPUT = shapes.obj({"jobs": {"type": "array", "items": shapes.JOB}, "total": shapes.INT})
+JOBS_OUTPUT = shapes.result({"jobs": {"type": "array", "items": shapes.JOB}, "total": shapes.INT})
 
 
 def status(ctx: ToolContext, args: a.NoArguments) -> Result:
@@ -36,17 +36,22 @@ def jobs(ctx: ToolContext, args: JobsArguments) -> Result:
 
 
 def render_status(result: Result) -> str:
+    """A short summary for people: versions, model, what is stored, the queue."""
     engine = result["engine"]
-    model = engine.get("model") or {}
-    docs = engine.get("documents") or {}
-    queue = engine.get("queue") or {}
-    return (
-        f"kb-bridge {result['bridge']['version']}; engine {engine.get('version', '?')}"
-        f" (model: {model.get('name', 'none') if isinstance(model, dict) else model},"
-        f" device: {engine.get('device', '?')}, modes: {', '.join(engine.get('search_modes') or [])}).\n"
-        f"Documents: {docs.get('total', '?')} ({docs.get('notes', '?')} notes, {docs.get('files', '?')} files),"
-        f" chunks: {engine.get('chunks', '?')}. Queue: {queue}"
-    )
+    model = engine.get("model")
+    name = model.get("name") if isinstance(model, dict) else None
+    device = engine.get("device")
+    docs = engine.get("documents") if isinstance(engine.get("documents"), dict) else {}
+    queue = engine.get("queue") if isinstance(engine.get("queue"), dict) else {}
+    modes = ", ".join(engine.get("search_modes") or []) or "?"
+    lines = [
+        f"kb-bridge {result['bridge']['version']}, engine {engine.get('version', '?')}",
+        f"Model: {name or 'none (full-text search only)'}" + (f" on {device}" if name and device else "") + f"; search modes: {modes}",
+        f"Documents: {docs.get('total', '?')} ({docs.get('notes', '?')} notes, {docs.get('files', '?')} files), "
+        f"{engine.get('chunks', '?')} chunks",
+        "Queue: " + ", ".join(f"{queue.get(state, 0)} {state}" for state in ("queued", "running", "done", "failed")),
+    ]
+    return "\n".join(lines)
 
 
 def render_jobs(result: Result) -> str:

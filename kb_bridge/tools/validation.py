@@ -29,10 +29,13 @@ _TYPE_NAMES = {
 class ArgumentValidator:
     """Validates the arguments of one tool."""
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], rules: Mapping[str, str] | None = None) -> None:
+        """`rules` says in words what a `pattern` means ("1-64 lower-case letters, …"): a value that breaks a
+        patterned field's pattern or length is told that rule rather than "not allowed"."""
         Draft202012Validator.check_schema(schema)
         self._validator = Draft202012Validator(schema)
         self._known = sorted(schema.get("properties", {}))
+        self._rules = dict(rules or {})
 
     def check(self, arguments: Any) -> None:
         """Raise `InvalidArgument` for the first problem found, or return."""
@@ -53,6 +56,10 @@ class ArgumentValidator:
             extra = sorted(set(instance) - set(self._known)) if isinstance(instance, dict) and not field else []
             name = extra[0] if extra else "?"
             return _join(field, name), f"is not an argument of this tool (expected: {', '.join(self._known)})"
+        subschema = error.schema if isinstance(error.schema, Mapping) else {}
+        rule = self._rules.get(str(subschema.get("pattern")))
+        if rule is not None and keyword in ("pattern", "maxLength", "minLength"):
+            return field or "arguments", f"must be {rule}"
         return field or "arguments", _problem(keyword, expected)
 
 

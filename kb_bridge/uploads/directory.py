@@ -129,6 +129,27 @@ class DirectoryStore:
     def get(self, upload_id: str, owner: str) -> Upload:
         return _read_meta(self._upload_dir(upload_id, owner))
 
+    def cancel(self, upload_id: str, owner: str) -> Upload | None:
+        try:
+            directory = self._upload_dir(upload_id, owner)
+            with self._locked(directory):  # waits for a finish in progress
+                upload = _read_meta(directory)
+                if upload.result is None:
+                    self._discard(directory)
+                return upload
+        except UploadExpired:
+            return None
+
+    def open_uploads(self, owner: str) -> list[tuple[Upload, Progress]]:
+        found = []
+        for upload in self._owner_uploads(owner):
+            if upload.result is None:
+                try:
+                    found.append((upload, _progress(self._upload_dir(upload.upload_id, owner))))
+                except UploadExpired:
+                    continue
+        return sorted(found, key=lambda pair: pair[0].created_at)
+
     def progress(self, upload_id: str, owner: str) -> Progress:
         return _progress(self._upload_dir(upload_id, owner))
 
@@ -220,12 +241,19 @@ class DirectoryStore:
                 # Re-check under the lock: activity may have happened since the first look.
                 if not acquired or now - directory.stat().st_mtime <= ttl_seconds:
                     return False
-                trash = self._root / _TRASH
-                trash.mkdir(exist_ok=True, mode=0o700)
-                os.rename(directory, trash / f"{directory.parent.name}-{directory.name}-{secrets.token_hex(4)}")
+                self._discard(directory)
                 return True
         except (UploadExpired, FileNotFoundError):
             return False
+
+    def _discard(self, directory: Path) -> None:
+        """Move an upload out of sight at once (one rename, under its lock), then delete its files."""
+        trash = self._root / _TRASH
+        with _storage_errors():
+            trash.mkdir(exist_ok=True, mode=0o700)
+            target = trash / f"{directory.parent.name}-{directory.name}-{secrets.token_hex(4)}"
+            os.rename(directory, target)
+        shutil.rmtree(target, ignore_errors=True)
 
     def _empty_trash(self) -> None:
         trash = self._root / _TRASH

@@ -100,6 +100,18 @@ for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('PEXPIRE', AR
 return 1
 """
 
+# KEYS: meta, sizes, owner set. ARGV: chunk key prefix, upload id. Removes an unfinished upload:
+# 'cancelled' (with its meta), 'finished' (kept; with its meta) or 'missing'.
+_CANCEL = """
+local meta = redis.call('GET', KEYS[1])
+if not meta then return {'missing'} end
+if type(cjson.decode(meta)['result']) == 'table' then return {'finished', meta} end
+for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('DEL', ARGV[1] .. index) end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[2])
+return {'cancelled', meta}
+"""
+
 # KEYS: sizes. ARGV: chunk key prefix. Drops every chunk and the sizes hash.
 _DROP_CHUNKS = """
 for _, index in ipairs(redis.call('HKEYS', KEYS[1])) do redis.call('DEL', ARGV[1] .. index) end
@@ -118,6 +130,7 @@ class RedisStore:
         self._unlock = client.register_script(_UNLOCK)
         self._touch = client.register_script(_TOUCH)
         self._drop_chunks = client.register_script(_DROP_CHUNKS)
+        self._cancel = client.register_script(_CANCEL)
 
     @classmethod
     def from_url(cls, url: str, ttl_seconds: float) -> RedisStore:
@@ -195,28 +208,63 @@ class RedisStore:
             raise beyond_total_size(int(outcome[1]), self.get(upload_id, owner).total_size)
         return self.progress(upload_id, owner)
 
-    @contextmanager
-    def finishing(self, upload_id: str, owner: str) -> Iterator[Upload]:
+    def cancel(self, upload_id: str, owner: str) -> Upload | None:
+        if not is_upload_id(upload_id):
+            return None
         meta_key, chunk_prefix, sizes_key, lock_key = self._keys(upload_id, owner)
+        try:
+            with self._lock(meta_key, lock_key):  # waits for a finish in progress
+                with _redis_errors():
+                    outcome = self._cancel(keys=[meta_key, sizes_key, f"{self._prefix}:o:{owner}"], args=[chunk_prefix, upload_id])
+        except UploadExpired:
+            return None
+        if outcome[0].decode() == "missing":
+            return None
+        return Upload.from_json(json.loads(outcome[1]))
+
+    def open_uploads(self, owner: str) -> list[tuple[Upload, Progress]]:
+        with _redis_errors():
+            ids = sorted(member.decode() for member in cast("set[bytes]", self._redis.smembers(f"{self._prefix}:o:{owner}")))
+        found = []
+        for upload_id in ids:
+            try:
+                upload = self.get(upload_id, owner)
+                if upload.result is None:
+                    found.append((upload, self.progress(upload_id, owner)))
+            except UploadExpired:
+                continue
+        return sorted(found, key=lambda pair: pair[0].created_at)
+
+    @contextmanager
+    def _lock(self, meta_key: str, lock_key: str) -> Iterator[str]:
+        """Hold the upload's lock (waiting while another host holds it); UploadExpired if it goes away."""
         token = secrets.token_hex(16)
         with _redis_errors():
-            # Another host may be finishing this upload: wait for it (its result will be ours).
             while not self._redis.set(lock_key, token, nx=True, px=_LOCK_MS):
                 if not self._redis.exists(meta_key):
                     raise UploadExpired()
                 time.sleep(0.1)
-        stop = threading.Event()
-        keeper = threading.Thread(
-            target=self._keep_alive, args=(stop, [meta_key, sizes_key], chunk_prefix, lock_key, token), daemon=True
-        )
-        keeper.start()
         try:
-            yield self.get(upload_id, owner)
+            yield token
         finally:
-            stop.set()
-            keeper.join()
             with _redis_errors():
                 self._unlock(keys=[lock_key], args=[token])
+
+    @contextmanager
+    def finishing(self, upload_id: str, owner: str) -> Iterator[Upload]:
+        meta_key, chunk_prefix, sizes_key, lock_key = self._keys(upload_id, owner)
+        # Another host may be finishing this upload: wait for it (its result will be ours).
+        with self._lock(meta_key, lock_key) as token:
+            stop = threading.Event()
+            keeper = threading.Thread(
+                target=self._keep_alive, args=(stop, [meta_key, sizes_key], chunk_prefix, lock_key, token), daemon=True
+            )
+            keeper.start()
+            try:
+                yield self.get(upload_id, owner)
+            finally:
+                stop.set()
+                keeper.join()
 
     def _keep_alive(self, stop: threading.Event, keys: list[str], chunk_prefix: str, lock_key: str, token: str) -> None:
         """While a finish runs, keep the upload and its lock from expiring."""

@@ -53,7 +53,8 @@ class Progress:
 
 def too_many_uploads(in_progress: int, limit: int) -> LimitExceeded:
     return LimitExceeded(
-        f"you have {in_progress} uploads in progress (the limit is {limit}); finish them or let them expire",
+        f"you have {in_progress} uploads in progress (the limit is {limit}); finish or cancel them "
+        "(kb_upload_status lists them, kb_upload_cancel frees one), or let them expire",
         limit="uploads", in_progress=in_progress,
     )
 
@@ -89,6 +90,14 @@ class UploadStore(Protocol):
 
     def mark_finished(self, upload_id: str, owner: str, result: dict[str, Any]) -> None:
         """Remember the finish result (for an idempotent second finish) and drop the bytes."""
+
+    def cancel(self, upload_id: str, owner: str) -> Upload | None:
+        """Remove an unfinished upload and its bytes at once (its slot and reservation are free again).
+        Returns the upload as it was, or None when there is none; a finished upload is kept and returned
+        (its `result` says so). Waits for a finish in progress."""
+
+    def open_uploads(self, owner: str) -> list[tuple[Upload, Progress]]:
+        """The owner's unfinished uploads with what has arrived, oldest first."""
 
     def sweep(self, ttl_seconds: float, now: float | None = None) -> int:
         """Remove uploads idle for longer than the TTL; never one in use. Returns how many."""

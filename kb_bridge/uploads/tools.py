@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from kb_bridge import collections, shapes
-from kb_bridge.errors import Conflict, InvalidArgument, UploadIncomplete
+from kb_bridge.errors import Conflict, InvalidArgument, KbError, UploadIncomplete
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
 from kb_bridge.uploads.multipart import file_job_body
@@ -24,7 +25,7 @@ from kb_bridge.uploads.names import extension, new_upload_id, safe_filename
 from kb_bridge.uploads.store import Progress, Upload
 
 MAX_CHUNKS = 100_000
-SHA256 = {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"}
+SHA256 = {"type": "string", "pattern": a.SHA256_PATTERN}
 # Ids are checked by the store (a malformed id is "not found", not a validation error).
 UPLOAD_ID = {"type": "string", "minLength": 1, "maxLength": 100}
 
@@ -53,17 +54,29 @@ class UploadIdArguments:
     upload_id: str = a.field(UPLOAD_ID)
 
 
-START_OUTPUT = shapes.obj(
+@dataclass(frozen=True, kw_only=True)
+class StatusArguments:
+    upload_id: str | None = a.field(UPLOAD_ID, default=None, description="omit to list your open uploads")
+
+
+START_OUTPUT = shapes.result(
     {"upload_id": shapes.STR, "filename": shapes.STR, "max_chunk_bytes": shapes.INT, "expires_at": shapes.STR}
 )
-CHUNK_OUTPUT = shapes.obj(
+CHUNK_OUTPUT = shapes.result(
     {"upload_id": shapes.STR, "chunk_index": shapes.INT, "received_bytes": shapes.INT, "total_size": shapes.INT}
 )
-FINISH_OUTPUT = shapes.obj(
+FINISH_OUTPUT = shapes.result(
     {"job_id": shapes.INT, "status": shapes.STR, "filename": shapes.STR, "size_bytes": shapes.INT, "sha256": shapes.STR}
 )
-STATUS_OUTPUT = shapes.obj(
+CANCEL_OUTPUT = shapes.result({"upload_id": shapes.STR, "cancelled": shapes.BOOL, "job_id": shapes.OPT_INT})
+OPEN_UPLOAD = shapes.obj(
+    {"upload_id": shapes.STR, "filename": shapes.STR, "received_bytes": shapes.INT, "total_size": shapes.INT,
+     "expires_at": shapes.STR},
+    required=[],
+)
+STATUS_OUTPUT = shapes.result(
     {
+        "uploads": {"type": "array", "items": OPEN_UPLOAD, "description": "without upload_id: your open uploads"},
         "upload_id": shapes.STR,
         "filename": shapes.STR,
         "total_size": shapes.INT,
@@ -129,6 +142,15 @@ def chunk(ctx: ToolContext, args: ChunkArguments) -> Result:
     if index >= upload.total_size:
         raise InvalidArgument("chunk_index", f"is beyond the end of a {upload.total_size}-byte file")
     data = decode_chunk(args.data, ctx.settings.uploads.max_chunk_bytes)
+    if len(data) <= upload.total_size < index + len(data):
+        # Chunks 0..index-1 hold at least a byte each: this one cannot fit, and would make the upload
+        # impossible to finish. Refused before anything is stored. (A chunk larger than the whole file is
+        # the data's fault, refused by the store naming `data`.)
+        raise InvalidArgument(
+            "chunk_index",
+            f"chunk {index} of {len(data)} bytes cannot belong to a {upload.total_size}-byte file (the {index} "
+            "chunks before it hold at least one byte each); number chunks 0, 1, 2… in file order",
+        )
     if args.sha256 is not None and hashlib.sha256(data).hexdigest() != args.sha256.lower():
         raise InvalidArgument("sha256", "does not match the chunk's bytes; the chunk was not stored")
     progress = ctx.uploads.put_chunk(upload_id, owner, index, data)
@@ -159,7 +181,14 @@ def missing_chunks(progress: Progress, total_size: int) -> list[int]:
     return missing
 
 
-def upload_status(ctx: ToolContext, args: UploadIdArguments) -> Result:
+def upload_status(ctx: ToolContext, args: StatusArguments) -> Result:
+    if args.upload_id is None:
+        ttl = ctx.settings.uploads.ttl_seconds
+        return {"uploads": [
+            {"upload_id": upload.upload_id, "filename": upload.filename, "received_bytes": progress.received_bytes,
+             "total_size": upload.total_size, "expires_at": iso(progress.last_activity + ttl)}
+            for upload, progress in ctx.uploads.open_uploads(ctx.principal.owner)
+        ]}
     upload = ctx.uploads.get(args.upload_id, ctx.principal.owner)
     progress = ctx.uploads.progress(upload.upload_id, ctx.principal.owner)
     finished = upload.result is not None
@@ -180,7 +209,7 @@ def finish(ctx: ToolContext, args: UploadIdArguments) -> Result:
     owner = ctx.principal.owner
     with ctx.uploads.finishing(args.upload_id, owner) as upload:
         if upload.result is not None:
-            return dict(upload.result)  # finishing twice is harmless: same job, no new document
+            return _as_it_stands(ctx, upload.result)  # finishing twice is harmless: same job, no new document
         count = _complete_chunk_count(ctx.uploads.progress(upload.upload_id, owner), upload.total_size)
         digest = _sha256(ctx, upload, count)
         if upload.sha256 is not None and digest != upload.sha256:
@@ -203,6 +232,23 @@ def finish(ctx: ToolContext, args: UploadIdArguments) -> Result:
         }
         ctx.uploads.mark_finished(upload.upload_id, owner, result)
         return result
+
+
+def _as_it_stands(ctx: ToolContext, result: dict[str, Any]) -> Result:
+    """A finished upload's result with its job's current status from the engine (the stored one when the
+    engine cannot say)."""
+    try:
+        job = shapes.job(ctx.engine.get_job(int(result["job_id"])))
+    except KbError:
+        return dict(result)
+    return {**result, "status": job["status"]}
+
+
+def cancel(ctx: ToolContext, args: UploadIdArguments) -> Result:
+    upload = ctx.uploads.cancel(args.upload_id, ctx.principal.owner)
+    if upload is not None and upload.result is not None:
+        return {"upload_id": args.upload_id, "cancelled": False, "job_id": upload.result.get("job_id")}
+    return {"upload_id": args.upload_id, "cancelled": upload is not None, "job_id": None}
 
 
 def _complete_chunk_count(progress: Progress, total_size: int) -> int:
@@ -261,7 +307,22 @@ def render_finish(r: Result) -> str:
     )
 
 
+def render_cancel(r: Result) -> str:
+    if r["cancelled"]:
+        return f"Upload {r['upload_id']} cancelled: its staged data is gone and its slot is free."
+    if r["job_id"] is not None:
+        return f"Upload {r['upload_id']} was already finished as job {r['job_id']}; nothing to cancel."
+    return f"There is no open upload {r['upload_id']} (already cancelled, expired, or never started); nothing to do."
+
+
 def render_status(r: Result) -> str:
+    if "uploads" in r:
+        if not r["uploads"]:
+            return "You have no open uploads."
+        return f"{len(r['uploads'])} open upload(s):\n" + "\n".join(
+            f"- {u['upload_id']} {u['filename']}: {u['received_bytes']} of {u['total_size']} bytes, expires {u['expires_at']} if idle"
+            for u in r["uploads"]
+        )
     if r["finished"]:
         return f"Upload {r['upload_id']} is finished: job {r['job_id']}."
     missing = ", ".join(str(i) for i in r["missing"][:50]) or "none"
@@ -313,12 +374,26 @@ TOOLS = [
     ToolSpec(
         name="kb_upload_status",
         title="Upload status",
-        description="Which chunks of an upload have arrived and which are missing (to resume an interrupted upload).",
-        arguments=UploadIdArguments,
+        description="Which chunks of an upload have arrived and which are missing (to resume an interrupted upload); "
+        "without upload_id, your open uploads.",
+        arguments=StatusArguments,
         output_schema=STATUS_OUTPUT,
         handler=upload_status,
         render=render_status,
         read_only=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="kb_upload_cancel",
+        title="Cancel an upload",
+        description="Abandon an unfinished upload: its staged chunks are deleted and it no longer counts against your "
+        "upload limits. Cancelling again, or an unknown upload, is not an error.",
+        arguments=UploadIdArguments,
+        output_schema=CANCEL_OUTPUT,
+        handler=cancel,
+        render=render_cancel,
+        read_only=False,
+        destructive=True,
         idempotent=True,
     ),
 ]

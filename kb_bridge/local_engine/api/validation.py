@@ -53,6 +53,8 @@ def integer(body: Mapping[str, Any], name: str, default: int, low: int, high: in
     value = body.get(name, default)
     if value is None:
         return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 5.0 from a client that writes every number as a float
     # bool is an int in Python; `true` is not a count.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"{name} must be an integer")
