@@ -53,7 +53,8 @@ async def test_read_collection_and_tag_listings(client: Client, engine: response
     assert "# Tag email prefs" in tag and "tag=email+prefs" in engine.calls[1].request.url
 
 
-@pytest.mark.parametrize("uri", ["kb://document/abc", "kb://nothing/1", "http://x/document/1", "kb://document/0"])
+@pytest.mark.parametrize("uri", ["kb://document/abc", "kb://nothing/1", "http://x/document/1", "kb://document/0",
+                                 "kb://[x/1", "kb://document/1?x=1", "kb://chunk/" + "9" * 30, "", "not a uri"])
 async def test_bad_resource_uris_are_invalid_params(client: Client, uri: str) -> None:
     with pytest.raises(MCPError) as caught:
         await client.read_resource(uri)
@@ -64,7 +65,7 @@ async def test_missing_document_resource_is_not_found(client: Client, engine: re
     engine.get(f"{API}/documents/9", status=404, json={"error": {"code": "not_found", "message": "x"}})
     with pytest.raises(MCPError) as caught:
         await client.read_resource("kb://document/9")
-    assert caught.value.error.code == -32602 and "not found" in caught.value.error.message
+    assert caught.value.error.code == -32002 and "not found" in caught.value.error.message  # MCP: resource not found
 
 
 async def test_prompts_are_listed_with_arguments(client: Client) -> None:

@@ -71,18 +71,25 @@ def list_recent(engine: EngineClient, offset: int) -> tuple[list[Listed], int | 
     return items, following if docs and following < total else None
 
 
+_EXPECTED = "expected kb://document/{id}, kb://chunk/{id}, kb://collection/{name} or kb://tag/{tag}"
+_MAX_ID = 2**63 - 1
+
+
 def parse(uri: str) -> tuple[str, str]:
     """(kind, value) from a kb:// URI; InvalidArgument when it is not one of ours."""
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError:  # e.g. an unclosed "[" taken for an IPv6 address
+        raise InvalidArgument("uri", _EXPECTED) from None
     kind, value = parts.netloc, unquote(parts.path.lstrip("/"))
     if parts.scheme != SCHEME or kind not in {t.name for t in TEMPLATES} or not value or parts.query or parts.fragment:
-        raise InvalidArgument("uri", "expected kb://document/{id}, kb://chunk/{id}, kb://collection/{name} or kb://tag/{tag}")
+        raise InvalidArgument("uri", _EXPECTED)
     return kind, value
 
 
-def _id(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise NotFound("no such resource")
+def _id(kind: str, value: str) -> int:
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= _MAX_ID:
+        raise InvalidArgument("uri", f"the {kind} id must be a positive integer, as in kb://{kind}/42")
     return int(value)
 
 
@@ -90,9 +97,9 @@ def read(engine: EngineClient, uri: str) -> str:
     """The markdown text of a kb:// resource."""
     kind, value = parse(uri)
     if kind == "document":
-        return document_markdown(shapes.document(engine.get_document(_id(value)), full=True))
+        return document_markdown(shapes.document(engine.get_document(_id(kind, value)), full=True))
     if kind == "chunk":
-        return chunk_markdown(shapes.chunk(engine.get_chunk(_id(value))))
+        return chunk_markdown(shapes.chunk(engine.get_chunk(_id(kind, value))))
     if kind == "collection":
         collections.check_name(value, field="uri")
         return listing(engine, f"Collection {value}", collections.tag_for(value))

@@ -12,16 +12,18 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+import mcp_types as types
 from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from kb_bridge.tools import registry as tools
 from kb_bridge.access_log import AccessLog
+from kb_bridge.asgi_messages import header, send_json
 from kb_bridge.auth.bearer import BearerAuth
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import Settings, load_settings
+from kb_bridge.tools import registry as tools
 from kb_bridge.tools.spec import ToolSpec
 from kb_bridge.web.guard import HostOriginGuard
 from kb_bridge.web.ops import create_web_app
@@ -31,41 +33,36 @@ logger = logging.getLogger(__name__)
 MCP_PATHS = ("/mcp", "/mcp/")
 
 
-class ResponseModeRouter:
-    """Sends each /mcp POST to the JSON or the SSE transport.
+class McpEndpoint:
+    """/mcp after the door: bounds the request body, then hands the request to a transport.
 
-    A client can only receive progress notifications on an SSE answer, and only asks for them by
-    putting a progress token in the request. So a request without one gets the cheaper JSON answer.
-    The token is looked for as bytes in the body: a false positive (the word inside an argument)
-    merely costs an SSE answer, never a wrong one.
+    A POST body is read whole (the transport would read it whole anyway) up to KB_MCP_MAX_BODY_BYTES; a
+    larger one, declared by Content-Length or only found while reading a chunked body, is answered 413
+    with a JSON-RPC error body before any of it is parsed. The body then picks the transport: a client can
+    only receive progress notifications on an SSE answer, and only asks for them by putting a progress
+    token in the request, so in "auto" mode a request without one gets the cheaper JSON answer. (The token
+    is looked for as bytes: a false positive, the word inside an argument, merely costs an SSE answer.)
+    Other methods (GET, DELETE) go to the SSE transport, which answers them as a stateless server does.
     """
 
-    def __init__(self, json_app: Any, sse_app: Any, max_body_bytes: int) -> None:
+    def __init__(self, json_app: Any, sse_app: Any, mode: str, max_body_bytes: int) -> None:
         self._json = json_app
         self._sse = sse_app
+        self._mode = mode
         self._max = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"0")
-        if scope.get("method") != "POST" or not declared.isdigit() or int(declared) > self._max:
-            # Not a call, or refused (413) by the transport before it reads a byte.
+        if scope.get("method") != "POST":
             await self._sse(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._max:
-                await _send_too_large(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        declared = header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max:
+            await self._too_large(send)
+            return
+        body = await self._read(receive)
+        if body is None:
+            await self._too_large(send)
+            return
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -75,13 +72,29 @@ class ResponseModeRouter:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await (self._sse if b'"progressToken"' in body else self._json)(scope, replay, send)
+        wants_sse = self._mode == "sse" or (self._mode == "auto" and b'"progressToken"' in body)
+        await (self._sse if wants_sse else self._json)(scope, replay, send)
 
+    async def _read(self, receive: Any) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away: the transport will see an empty body
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
 
-async def _send_too_large(send: Any) -> None:
-    body = b"Request body too large"
-    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    async def _too_large(self, send: Any) -> None:
+        message = f"the request body is larger than this server accepts ({self._max} bytes, KB_MCP_MAX_BODY_BYTES)"
+        await send_json(send, 413, {"jsonrpc": "2.0", "id": None, "error": {"code": types.INVALID_REQUEST, "message": message}})
 
 
 class BridgeApp:
@@ -155,12 +168,11 @@ def create_app(
             max_request_body_size=settings.mcp.max_body_bytes,
         )
 
-    mode = settings.mcp.response_mode
-    managers = [transport(json_response=(mode == "json"))]
-    mcp: Any = StreamableHTTPASGIApp(managers[0])
-    if mode == "auto":
-        managers.append(transport(json_response=True))
-        mcp = ResponseModeRouter(StreamableHTTPASGIApp(managers[1]), mcp, settings.mcp.max_body_bytes)
+    managers = [transport(json_response=True), transport(json_response=False)]
+    mcp: Any = McpEndpoint(
+        StreamableHTTPASGIApp(managers[0]), StreamableHTTPASGIApp(managers[1]), settings.mcp.response_mode,
+        settings.mcp.max_body_bytes,
+    )
     mcp = BearerAuth(mcp, settings.mcp.api_keys, bridge.metrics.auth_failure)
     mcp = HostOriginGuard(mcp, settings.mcp.allowed_hosts, settings.mcp.allowed_origins, bridge.metrics.auth_failure)
     return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge)), managers)

@@ -22,14 +22,27 @@ Ctx = ServerRequestContext[Any, Any]
 T = TypeVar("T")
 
 
+# The MCP specification's code for a resource that does not exist (resources/read).
+RESOURCE_NOT_FOUND = -32002
+
+
 async def _translated(work: Callable[[], Awaitable[T]]) -> T:
-    """KbError → a JSON-RPC error: the caller's mistakes are INVALID_PARAMS, the rest INTERNAL_ERROR."""
+    """Errors → a JSON-RPC error, once: a malformed request is INVALID_PARAMS, an unknown resource
+    RESOURCE_NOT_FOUND, any other KbError INTERNAL_ERROR with our message; a bug is logged and answered
+    INTERNAL_ERROR without detail (never an exception's own text)."""
     try:
         return await work()
-    except (NotFound, InvalidArgument) as exc:
+    except InvalidArgument as exc:
         raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data=exc.to_dict()) from None
+    except NotFound as exc:
+        raise MCPError(code=RESOURCE_NOT_FOUND, message=exc.message, data=exc.to_dict()) from None
     except KbError as exc:
         raise MCPError(code=types.INTERNAL_ERROR, message=exc.message, data=exc.to_dict()) from None
+    except MCPError:
+        raise
+    except Exception:
+        logger.exception("a resources/prompts/completions request failed unexpectedly")
+        raise MCPError(code=types.INTERNAL_ERROR, message="an internal error occurred; it has been logged") from None
 
 
 class ContentHandlers:

@@ -113,8 +113,17 @@ def test_9_batch_is_rejected(bridge: Service) -> None:
     assert response.status_code == 400
 
 
+def assert_jsonrpc_413(response: requests.Response) -> None:
+    """413, and a JSON-RPC error body a client can read (not plain text)."""
+    assert response.status_code == 413
+    assert response.headers["content-type"].startswith("application/json")
+    reply = response.json()
+    assert reply["jsonrpc"] == "2.0" and reply["id"] is None
+    assert reply["error"]["code"] == -32600 and "KB_MCP_MAX_BODY_BYTES" in reply["error"]["message"]
+
+
 def test_10_oversized_body_is_413_with_content_length(bridge: Service) -> None:
-    assert post(bridge, payload=b"x" * (4 * 1024 * 1024 + 1)).status_code == 413
+    assert_jsonrpc_413(post(bridge, payload=b"x" * (4 * 1024 * 1024 + 1)))
 
 
 def test_10_oversized_chunked_body_is_413(bridge: Service) -> None:
@@ -126,7 +135,8 @@ def test_10_oversized_chunked_body_is_413(bridge: Service) -> None:
         bridge.url + "/mcp", data=chunks(), timeout=10,
         headers={**HEADERS, "Authorization": f"Bearer {TOKEN}"},
     )
-    assert response.status_code == 413
+    assert "content-length" not in {k.lower() for k in response.request.headers}  # really chunked
+    assert_jsonrpc_413(response)
 
 
 def test_healthz_is_public_and_readyz_reports_the_engine_down(bridge: Service) -> None:
