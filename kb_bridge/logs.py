@@ -66,9 +66,12 @@ class TextFormatter(logging.Formatter):
         return f"{text} {json.dumps(fields, default=str)}" if fields else text
 
 
-def gunicorn_logconfig(level: str, as_json: bool) -> dict[str, Any]:
-    """gunicorn's own error log in the same format, on stderr (its access log is replaced by ours)."""
+def gunicorn_logconfig(level: str, as_json: bool, access_log: bool = False) -> dict[str, Any]:
+    """gunicorn's own error log in the same format, on stderr. Its access log stays off unless asked for
+    (the bridge writes its own access lines; the local engine may want gunicorn's)."""
     formatter = "kb_bridge.logs.JsonFormatter" if as_json else "kb_bridge.logs.TextFormatter"
+    access = {"level": "INFO", "handlers": ["stderr"], "propagate": False} if access_log else {
+        "level": "CRITICAL", "handlers": [], "propagate": False}
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -78,7 +81,7 @@ def gunicorn_logconfig(level: str, as_json: bool) -> dict[str, Any]:
         "root": {"level": level, "handlers": ["stderr"]},
         "loggers": {
             "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False},
-            "gunicorn.access": {"level": "CRITICAL", "handlers": [], "propagate": False},
+            "gunicorn.access": access,
         },
     }
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from kb_bridge import __version__
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import KbError
+from kb_bridge.errors import EngineAuthFailed, KbError
 from kb_bridge.settings import Settings
 from kb_bridge.client.versions import engine_version, version_problem
 
@@ -47,6 +47,11 @@ def check_engine(settings: Settings) -> list[Check]:
     client = EngineClient(settings.engine)
     try:
         status = client.status(timeout=PROBE_TIMEOUT, retry=False)
+    except EngineAuthFailed as exc:
+        if settings.engine.api_key is None:
+            return [Check("engine", False, f"{exc.code}: the engine at {settings.engine.safe_url()} requires an API key "
+                                           "and KB_API_KEY is not set: set it to the engine's key")]
+        return [Check("engine", False, f"{exc.code}: the engine rejected KB_API_KEY: it is not the engine's key")]
     except KbError as exc:
         return [Check("engine", False, f"{exc.code}: {exc.message}")]
     finally:

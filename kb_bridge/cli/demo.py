@@ -3,12 +3,15 @@
 It keeps its state in one data directory (engine database, upload staging, logs, and the
 generated keys, so client configurations stay valid from one run to the next), loads a small
 sample corpus the first time, prints the MCP URL and copy-paste client configurations, and
-stops both processes cleanly on Ctrl-C.
+stops both processes cleanly on Ctrl-C, SIGTERM or SIGHUP (a closed terminal), at any moment, even
+while they start. One demo per data directory: a second one refuses with a message naming the first.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import fcntl
 import functools
 import json
 import os
@@ -20,6 +23,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import IO
 
 import requests
 
@@ -29,6 +33,13 @@ from kb_bridge.settings import EngineSettings, Secret
 from kb_bridge.uploads.multipart import file_job_body
 
 SAMPLE_MARKER = ".sample-loaded"
+LOCK_NAME = "demo.lock"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+class Stop(BaseException):
+    """Ctrl-C, SIGTERM or SIGHUP arrived: stop everything (a BaseException, like KeyboardInterrupt)."""
 
 
 def default_data_dir() -> Path:
@@ -51,12 +62,50 @@ def _secret_file(path: Path) -> str:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on the port now. SO_REUSEADDR as servers set it (gunicorn does):
+    connections of a demo just stopped, waiting in TIME_WAIT, do not make the port "in use"."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
+
+
+def _lock(data: Path) -> IO[str] | None:
+    """Hold the data directory's demo lock (released by the kernel when this process ends, however it
+    ends); None when another demo holds it."""
+    data.mkdir(parents=True, exist_ok=True)
+    handle = open(data / LOCK_NAME, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def _holder(data: Path) -> str:
+    try:
+        return (data / LOCK_NAME).read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _prepare_child() -> None:
+    """In the child before exec: take the stop signals again (the demo blocks them while it spawns, and
+    a blocked mask survives exec), and get SIGTERM if the demo dies (even by SIGKILL), so nothing
+    outlives it."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the demo's own handlers still stop its children
+        pass
 
 
 def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float, what: str) -> None:
@@ -80,12 +129,37 @@ class Demo:
         self.engine_port = args.engine_port
         self.load_sample = not args.no_sample
         self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._stopping = False
 
     def run(self) -> int:
-        for port in (self.engine_port, self.port):
-            if not _port_free(port):
-                say(f"kb-bridge demo: port {port} on 127.0.0.1 is in use; choose another with --port / --engine-port")
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_signal)
+        lock = None
+        try:
+            lock = _lock(self.data)
+            if lock is None:
+                say(f"kb-bridge demo: another demo (pid {_holder(self.data)}) is running on {self.data}; stop it "
+                    "first (Ctrl-C in its terminal), or give this one another --data directory")
                 return 2
+            for port in (self.engine_port, self.port):
+                if not _port_free(port):
+                    say(f"kb-bridge demo: port {port} on 127.0.0.1 is in use; choose another with --port / --engine-port")
+                    return 2
+            return self._run()
+        except Stop:
+            self._stopping = True
+            say("stopping …")
+            return 0
+        finally:
+            self.stop()
+            if lock is not None:
+                lock.close()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if not self._stopping:
+            raise Stop()
+
+    def _run(self) -> int:
         (self.data / "logs").mkdir(parents=True, exist_ok=True)
         self.data.chmod(0o700)
         engine_key = _secret_file(self.data / "engine-key")
@@ -101,7 +175,6 @@ class Demo:
             self._start_bridge(engine_url, engine_key, token)
         except (RuntimeError, KbError) as exc:
             say(f"kb-bridge demo: {exc}; logs are in {self.data / 'logs'}")
-            self.stop()
             return 1
         self._print_connection_help(token)
         return self._wait()
@@ -110,8 +183,14 @@ class Demo:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = open(self.data / "logs" / f"{name}.log", "ab")
-        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.processes.append((name, process))
+        # A stop signal waits until the child is recorded, so that stop() always knows what to stop.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=_prepare_child)
+            self.processes.append((name, process))
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return process
 
     def _base_env(self) -> dict[str, str]:
@@ -207,27 +286,18 @@ class Demo:
         say(f"Logs: {self.data / 'logs'}. Press Ctrl-C to stop.")
 
     def _wait(self) -> int:
-        stopping = {"now": False}
-
-        def on_signal(signum: int, frame: object) -> None:
-            stopping["now"] = True
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        while not stopping["now"]:
+        """Until a stop signal (which raises Stop) or a process that dies on its own."""
+        while True:
             for name, process in self.processes:
                 if process.poll() is not None:
                     say(f"kb-bridge demo: the {name} stopped unexpectedly (exit {process.returncode}); see {self.data / 'logs' / (name + '.log')}")
-                    self.stop()
                     return 1
             time.sleep(0.2)
-        say("stopping …")
-        self.stop()
-        say("stopped.")
-        return 0
 
     def stop(self) -> None:
-        # The bridge first (it drains in-flight calls), then the engine.
+        """Stop every process started, the bridge first (it drains in-flight calls), then the engine.
+        Further signals are ignored meanwhile: a second Ctrl-C must not leave a process behind."""
+        self._stopping = True
         for _name, process in reversed(self.processes):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -236,6 +306,9 @@ class Demo:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(5)
+        if self.processes:
+            say("stopped.")
+        self.processes = []
 
 
 def run_demo(args: argparse.Namespace) -> int:

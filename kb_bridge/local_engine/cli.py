@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from kb_bridge.logs import configure_logging
+
 from .config import EngineConfig, load_config, parse_bind
 from .datadir import lock_data_dir
 from .errors import EngineError
@@ -28,6 +30,7 @@ environment:
   KB_ENGINE_WAIT_FOR_MODEL    1: load the model before serving instead of in the background
   KB_ENGINE_MAX_UPLOAD_BYTES  largest accepted upload (default 629145600 = 600 MiB)
   KB_ENGINE_THREADS           request threads (default 8)
+  KB_LOG_JSON                 1 (default): one JSON object per log line on stderr, as kb-bridge logs; 0: plain text
   more in docs/engine.md (chunking, fusion and BM25 parameters).
 
 Without KB_API_KEY the engine refuses to bind a non-loopback address unless --allow-no-auth is given.
@@ -76,12 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     # and its pool spinning against torch's, which has just embedded the query, made searches 2-10x
     # slower on 2 cores (bench/engine_bench.py).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         config = config_from_args(args)
+        configure_logging(args.log_level.upper(), config.log_json)
         config.check_bind_is_safe()
         # Fail here, in the foreground, rather than in a worker that gunicorn would retry.
         lock_data_dir(config.data_dir).close()

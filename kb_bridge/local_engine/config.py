@@ -60,6 +60,8 @@ class EngineConfig:
     idempotency_ttl_seconds: int = 24 * 3600
     allow_no_auth: bool = False
     access_log: bool = False
+    # Log lines as JSON objects (the bridge's format), or plain text; KB_LOG_JSON governs both programs.
+    log_json: bool = True
 
     @property
     def database_path(self) -> Path:
@@ -185,6 +187,7 @@ _BOOL_VARS = (
     ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),
     ("allow_no_auth", "KB_ENGINE_ALLOW_NO_AUTH"),
     ("access_log", "KB_ENGINE_ACCESS_LOG"),
+    ("log_json", "KB_LOG_JSON"),
 )
 
 

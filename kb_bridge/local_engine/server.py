@@ -16,6 +16,8 @@ from typing import Any
 import flask
 from gunicorn.app.base import BaseApplication
 
+from kb_bridge.logs import gunicorn_logconfig
+
 from .app import create_app, engine_of
 from .config import EngineConfig
 
@@ -46,6 +48,7 @@ class EngineServer(BaseApplication):
             "accesslog": "-" if config.access_log else None,
             "errorlog": "-",
             "loglevel": self._log_level,
+            "logconfig_dict": gunicorn_logconfig(self._log_level.upper(), config.log_json, access_log=config.access_log),
             "proc_name": "kb-engine",
             "control_socket_disable": True,
             "post_worker_init": _announce_ready,

@@ -116,7 +116,8 @@ class Service:
         return self
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-8000:]
 
     def signal(self, sig: int) -> None:

@@ -78,3 +78,128 @@ async def test_demo_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> N
                         os.kill(int(pid), signal.SIGKILL)
                 demo.kill()
                 demo.wait(10)
+
+
+# --- stopping and restarting: signals at any moment, the same ports at once, one demo per directory ----------
+
+
+def start_demo(tmp_path: Path, data: Path, port: int, engine_port: int, name: str = "demo") -> tuple[subprocess.Popen[bytes], Path]:
+    out = tmp_path / f"{name}.out"
+    with open(out, "w") as sink:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "kb_bridge", "demo", "--data", str(data), "--port", str(port),
+             "--engine-port", str(engine_port), "--no-sample"],
+            stdout=sink, stderr=subprocess.STDOUT, env=clean_env({}), cwd=REPO,
+        )
+    return demo, out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, ...)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        try:
+            children = child_pids(pending.pop())
+        except FileNotFoundError:
+            continue
+        found += children
+        pending += children
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def wait_ready(demo: subprocess.Popen[bytes], out: Path) -> None:
+    wait_until(lambda: "Press Ctrl-C" in out.read_text() or demo.poll() is not None, 300, interval=0.2, what="the demo")
+    assert demo.poll() is None, out.read_text()
+
+
+def stop_for_good(demo: subprocess.Popen[bytes], tracked: list[int]) -> None:
+    """Test cleanup: a demo (and anything it started) that a failed test left running is killed."""
+    if demo.poll() is None:
+        demo.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            demo.wait(60)
+    for pid in tracked:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if demo.poll() is None:
+        demo.kill()
+        demo.wait(10)
+
+
+def test_demo_restarts_at_once_on_the_same_ports(tmp_path: Path) -> None:
+    port, engine_port = free_port(), free_port()
+    demo, out = start_demo(tmp_path, tmp_path / "data", port, engine_port)
+    tracked: list[int] = []
+    try:
+        wait_ready(demo, out)
+        tracked = descendants(demo.pid)
+        for _ in range(20):  # connections the server closes leave the port's sockets in TIME_WAIT
+            assert http_ok(f"http://127.0.0.1:{port}/healthz")
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 0
+        again, again_out = start_demo(tmp_path, tmp_path / "data", port, engine_port, name="again")
+        try:
+            wait_ready(again, again_out)
+            assert "in use" not in again_out.read_text()
+        finally:
+            stop_for_good(again, descendants(again.pid))
+    finally:
+        stop_for_good(demo, tracked)
+
+
+def test_sighup_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None:
+    demo, out = start_demo(tmp_path, tmp_path / "data", free_port(), free_port())
+    tracked: list[int] = []
+    try:
+        wait_ready(demo, out)
+        tracked = descendants(demo.pid)
+        assert len(tracked) >= 3  # the engine, the bridge's gunicorn master and its workers
+        demo.send_signal(signal.SIGHUP)
+        assert demo.wait(60) == 0
+        wait_until(lambda: not any(alive(pid) for pid in tracked), 30, what="every process to stop")
+        assert "stopped." in out.read_text()
+    finally:
+        stop_for_good(demo, tracked)
+
+
+def test_ctrl_c_while_the_engine_starts_leaves_nothing_running(tmp_path: Path) -> None:
+    demo, out = start_demo(tmp_path, tmp_path / "data", free_port(), free_port())
+    tracked: list[int] = []
+    try:
+        wait_until(lambda: bool(child_pids(demo.pid)) or demo.poll() is not None, 60, interval=0.01, what="the engine to start")
+        tracked = descendants(demo.pid)
+        assert "kb-bridge is ready" not in out.read_text()  # still starting
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(60) == 0, out.read_text()
+        tracked += [pid for pid in descendants(demo.pid) if pid not in tracked]
+        wait_until(lambda: not any(alive(pid) for pid in tracked), 30, what="every process to stop")
+        assert "Traceback" not in out.read_text() and "KeyboardInterrupt" not in out.read_text()
+    finally:
+        stop_for_good(demo, tracked)
+
+
+def test_a_second_demo_on_the_same_data_directory_refuses(tmp_path: Path) -> None:
+    demo, out = start_demo(tmp_path, tmp_path / "data", free_port(), free_port())
+    tracked: list[int] = []
+    try:
+        wait_ready(demo, out)
+        tracked = descendants(demo.pid)
+        second = subprocess.run(
+            [sys.executable, "-m", "kb_bridge", "demo", "--data", str(tmp_path / "data"), "--port", str(free_port()),
+             "--engine-port", str(free_port()), "--no-sample"],
+            capture_output=True, text=True, env=clean_env({}), cwd=REPO, timeout=60,
+        )
+        assert second.returncode == 2
+        assert f"another demo (pid {demo.pid}) is running on {tmp_path / 'data'}" in second.stdout
+        assert demo.poll() is None and http_ok(re.search(r"MCP URL:\s+(\S+)", out.read_text()).group(1).removesuffix("/mcp") + "/healthz")  # type: ignore[union-attr]
+    finally:
+        stop_for_good(demo, tracked)

@@ -108,6 +108,33 @@ def test_check_fails_on_a_wrong_key(engine: Service, tmp_path: Path) -> None:
     assert "wrong-key-0000000000" not in done.stdout + done.stderr
 
 
+def test_check_names_a_missing_engine_key(engine: Service, tmp_path: Path) -> None:
+    done = run_check({"KB_ENGINE_URL": engine.url, "KB_UPLOAD_DIR": str(tmp_path)})
+    assert done.returncode == 1 and "KB_API_KEY is not set" in done.stdout
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_the_engine_logs_as_kb_log_json_says(tmp_path: Path, as_json: bool) -> None:
+    from kb_bridge.testing.processes import start_engine
+
+    engine = start_engine(tmp_path, tmp_path / "data", env={"KB_LOG_JSON": str(as_json).lower(), "KB_ENGINE_EMBEDDER": "none"})
+    try:
+        requests.get(engine.url + "/api/v1/status", timeout=5).raise_for_status()
+        wait_until(lambda: "kb engine ready" in engine.log(), 30, what="the ready line")
+    finally:
+        engine.stop()
+    lines = [line for line in engine.log().splitlines() if line.strip()]
+    ready = next(line for line in lines if "kb engine ready" in line)
+    if as_json:
+        import json
+
+        assert all(line.startswith("{") for line in lines), lines
+        assert json.loads(ready)["logger"] == "kb_bridge.local_engine.server"
+    else:
+        assert not any(line.startswith("{") for line in lines)
+        assert " INFO kb_bridge.local_engine.server: kb engine ready" in ready
+
+
 def test_check_fails_on_an_old_engine(tmp_path: Path) -> None:
     with StandInEngine(version="2.9.1") as old:
         done = run_check({"KB_ENGINE_URL": old.url, "KB_UPLOAD_DIR": str(tmp_path)})
