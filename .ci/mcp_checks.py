@@ -1,5 +1,6 @@
 """Independent MCP checks for CI: the official conformance suite against a bridge on loopback
-(no auth: the suite sends none), then the MCP Inspector CLI calling kb_search with a bearer token.
+(no auth: the suite sends none), then the MCP Inspector CLI calling kb_search with a bearer token and
+checking tools/list for schema portability findings (there must be none).
 
 Usage (from the repository root, inside the project's virtual environment, after
 `npm install --prefix .ci/node`): python .ci/mcp_checks.py
@@ -61,6 +62,16 @@ def main() -> int:
                 result = reply.get("result", {})
                 ok = result.get("isError") is False and "results" in result.get("structuredContent", {})
                 print("inspector:", "ok" if ok else f"FAILED\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+                failures += 0 if ok else 1
+                # Inspector's schema portability check of tools/list: --strict reports every finding on stderr
+                # (warnings included) and fails on errors; kb-bridge must have none at all.
+                done = run([node, inspector, "--cli", bridge.url + "/mcp", "--transport", "http",
+                            "--header", f"Authorization: Bearer {TOKEN}", "--method", "tools/list", "--strict",
+                            "--format", "json"])
+                listed = json.loads(done.stdout) if done.returncode == 0 else {}
+                ok = len(listed.get("result", {}).get("tools", [])) == 15 and "schemaFindings" not in listed \
+                    and "portability" not in done.stderr.lower()
+                print("inspector tools/list portability:", "ok (no findings)" if ok else f"FAILED\n{done.stderr[-4000:]}")
                 failures += 0 if ok else 1
             finally:
                 bridge.stop()
