@@ -19,6 +19,9 @@ from kb_bridge.testing.processes import Service, free_port, start_bridge, start_
 REPO = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO / "bench" / "results"
+# SciFact (BEIR format: corpus.jsonl, queries.jsonl, qrels/train.tsv), where the machines the figures in
+# docs/benchmarks.md came from keep it, beside the checkout; any BEIR directory works (--corpus DIR).
+SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 BENCH = str(REPO / "bench")
 MODERN = "2026-07-28"
 MODERN_META = META = {

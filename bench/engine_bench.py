@@ -4,7 +4,7 @@ Not a test. It starts its own engine on a free 127.0.0.1 port (a fresh data dire
 ingests a corpus up to each size tier (default 1k, 10k, 100k chunks), and after each tier runs the same
 queries in each search mode, one at a time, measuring the client-side round trip.
 
-Corpus: SciFact (BEIR) abstracts and claims from ../shared/data/scifact when present (--corpus), each
+Corpus: SciFact (BEIR) abstracts and claims (--corpus; default common.SCIFACT), each
 abstract one note. SciFact yields about 10.6k chunks, and embedding 100k distinct chunks on a 2-core CPU
 takes over an hour, so the tiers beyond the corpus re-ingest it under new source paths (same titles):
 the chunk texts repeat, and the engine reuses the stored vector of a chunk whose exact title and text it
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (REPO, EngineApi, Service, load_beir, machine, percentile, start_engine, vm_rss_kib,
+from common import (REPO, SCIFACT, EngineApi, Service, load_beir, machine, percentile, start_engine, vm_rss_kib,
                     worker_pids)
 
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "scifact"
+DEFAULT_CORPUS = SCIFACT
 MODES = ("fts", "hybrid", "vector")
 
 
@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tiers", default="1000,10000,100000", help="chunk counts to measure at (ascending)")
     parser.add_argument("--queries", type=int, default=300, help="queries per mode and tier")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                        help="BEIR directory with corpus.jsonl and queries.jsonl (default: ../shared/data/scifact)")
+                        help="BEIR directory with corpus.jsonl and queries.jsonl (default: %(default)s)")
     parser.add_argument("--data", type=Path, help="engine data directory (default: a fresh temporary one)")
     parser.add_argument("--no-embeddings", action="store_true", help="run the engine full-text only")
     parser.add_argument("--threads", type=int, default=8, help="engine request threads")

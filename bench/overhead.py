@@ -28,7 +28,7 @@ import requests
 
 from common import (
     BENCH,
-    REPO,
+    SCIFACT,
     McpHttp,
     Service,
     free_port,
@@ -43,7 +43,6 @@ from kb_bridge.testing.processes import clean_env
 
 TOKEN = "bench-token-0123456789abcdef"
 ENGINE_KEY = "bench-engine-key-0123456789"
-SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 
 
 class LegacyMcpHttp(McpHttp):

@@ -1,7 +1,7 @@
 """Retrieval quality of the local engine on SciFact (BEIR), through its HTTP API, per search mode.
 
 Not a test. It starts its own engine on a free 127.0.0.1 port, ingests every abstract of
-../shared/data/scifact/corpus.jsonl as a note (`title`, `text`, `source_path` = `scifact/<_id>`), waits for
+the SciFact corpus (BEIR format, --corpus DIR) as a note (`title`, `text`, `source_path` = `scifact/<_id>`), waits for
 the queue to drain (with a progress bar), then sends every claim that has judgements in `qrels/train.tsv` as
 a query in each mode (`top_n` 100, one at a time). Chunk hits collapse to documents, best chunk first, and
 the script prints nDCG@10, recall@100 and the client-side latency p50/p95 per mode, plus ingestion time.
@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import REPO, EngineApi, load_beir, percentile, progress, start_engine, write_result
+from common import SCIFACT, EngineApi, load_beir, percentile, progress, start_engine, write_result
 
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "scifact"
+DEFAULT_CORPUS = SCIFACT
 MODES = ("fts", "vector", "hybrid")
 TOP_N = 100  # the API's largest top_n
 # Published nDCG@10 on SciFact (BEIR test split): the figures the issue asks us to beat.

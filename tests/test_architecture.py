@@ -156,3 +156,30 @@ def readme_codes() -> set[str]:
 def test_the_readme_error_table_lists_exactly_the_codes_the_code_raises() -> None:
     assert readme_codes() == raised_codes()
     assert {"STORAGE_ERROR", "INGESTION_FAILED"} <= readme_codes()
+
+
+DOCS = [REPO / "README.md", REPO / "SECURITY.md", *sorted((REPO / "docs").glob("*.md"))]
+# Where a path in the docs may be relative to: the repository, the bridge package, the engine package.
+ROOTS = [REPO, REPO / "kb_bridge", REPO / "kb_bridge" / "local_engine"]
+_PATH = re.compile(r"^[\w.-]+(/[\w.-]+)+\.(py|md|yml|yaml|toml|cfg|json|mjs|png|txt|lock|sh)$")
+
+
+def referenced_paths(doc: Path) -> Iterator[str]:
+    text = doc.read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):  # markdown links
+        if not target.startswith(("http://", "https://", "#", "mailto:")):
+            yield str((doc.parent / target.split("#", 1)[0]).resolve().relative_to(REPO))
+    for code in re.findall(r"`([^`\s]+)`", text):  # backticked paths of files (a bare name is read in context)
+        if _PATH.match(code) and not code.startswith("DATA/"):
+            yield code
+
+
+def test_the_docs_point_only_at_files_in_the_repository() -> None:
+    missing = sorted(
+        f"{doc.relative_to(REPO)}: {path}"
+        for doc in DOCS
+        for path in referenced_paths(doc)
+        if not any((root / path).exists() for root in ROOTS)
+    )
+    assert missing == []
+    assert not [doc.name for doc in DOCS if "../shared" in doc.read_text()]

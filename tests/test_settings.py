@@ -88,7 +88,7 @@ def test_38_gunicorn_worker_timeout_exceeds_the_engine_budget() -> None:
     import sys
 
     env = {"KB_ENGINE_TIMEOUT": "100", "KB_ENGINE_RETRIES": "4", "KB_ENGINE_RETRY_MAX_WAIT": "5"}
-    code = "import kb_bridge.gunicorn_config as g; print(g.timeout)"
+    code = "from kb_bridge.serving.gunicorn import gunicorn_options; print(gunicorn_options()['timeout'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     budget = load_settings(env).engine.call_budget()
     assert budget >= 4 * 100
