@@ -58,6 +58,7 @@ def test_compose_runs_engine_and_bridge_with_volumes() -> None:
     bridge, engine = services["bridge"], services["engine"]
     # The bridge reaches the engine over the compose network by service name.
     assert bridge["environment"]["KB_ENGINE_URL"] == "http://engine:8000"
+    assert engine["environment"]["KB_ENGINE_ALLOWED_HOSTS"] == "engine"  # else the engine answers 421
     assert bridge["depends_on"]["engine"]["condition"] == "service_healthy"
     assert "KB_MCP_API_KEY" in bridge["environment"] and "KB_API_KEY" in engine["environment"]
     assert any(v.endswith(":/var/lib/kb-engine/data") for v in engine["volumes"])

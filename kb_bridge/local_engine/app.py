@@ -5,7 +5,7 @@ from __future__ import annotations
 import flask
 
 from . import api
-from .api import auth, errors
+from .api import auth, errors, guard
 from .api.request import EngineRequest, IdConverter
 from .config import EngineConfig
 from .embedding.embedder import Embedder
@@ -30,6 +30,7 @@ def create_app(config: EngineConfig, embedder: Embedder | None = None) -> flask.
     app.url_map.converters["id"] = IdConverter
     app.extensions["kb_engine"] = engine
     errors.init_app(app)
+    guard.init_app(app, config)
     auth.init_app(app, config.api_key)
     api.register(app)
     return app

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         config = config_from_args(args)
-        configure_logging(args.log_level.upper(), config.log_json)
+        configure_logging(args.log_level.upper(), config.log_json, [config.api_key] if config.api_key else [])
         config.check_bind_is_safe()
         # Fail here, in the foreground, rather than in a worker that gunicorn would retry.
         lock_data_dir(config.data_dir).close()

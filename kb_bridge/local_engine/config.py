@@ -62,6 +62,11 @@ class EngineConfig:
     access_log: bool = False
     # Log lines as JSON objects (the bridge's format), or plain text; KB_LOG_JSON governs both programs.
     log_json: bool = True
+    # Host names (any port) the API answers besides loopback and the bind address (DNS-rebinding guard,
+    # api/guard.py), e.g. "engine" when compose reaches it as engine:8000; "*" for any.
+    allowed_hosts: tuple[str, ...] = ()
+    # Origins (scheme://host[:port]) allowed besides the engine's own; a browser's cross-site request is 403.
+    allowed_origins: tuple[str, ...] = ()
 
     @property
     def database_path(self) -> Path:
@@ -133,6 +138,9 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
     for field, var in _CHOICE_VARS:
         if env.get(var):
             values[field] = env[var].strip().lower()
+    for field, var in _LIST_VARS:
+        if env.get(var):
+            values[field] = tuple(item.strip().lower() for item in env[var].split(",") if item.strip())
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
@@ -182,6 +190,10 @@ _CHOICE_VARS = (
     ("embedder", "KB_ENGINE_EMBEDDER"),
     ("fusion", "KB_ENGINE_FUSION"),
     ("query_precision", "KB_ENGINE_QUERY_PRECISION"),
+)
+_LIST_VARS = (
+    ("allowed_hosts", "KB_ENGINE_ALLOWED_HOSTS"),
+    ("allowed_origins", "KB_ENGINE_ALLOWED_ORIGINS"),
 )
 _BOOL_VARS = (
     ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),

@@ -28,6 +28,11 @@ class Unauthorized(EngineError):
     status = 401
 
 
+class Forbidden(EngineError):
+    code = "forbidden"
+    status = 403
+
+
 class NotFound(EngineError):
     code = "not_found"
     status = 404
@@ -40,6 +45,11 @@ class Conflict(EngineError):
 
 class NotANote(Conflict):
     code = "not_a_note"
+
+
+class MisdirectedRequest(EngineError):
+    code = "misdirected_request"
+    status = 421
 
 
 class PreconditionFailed(EngineError):

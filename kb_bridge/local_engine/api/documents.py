@@ -60,6 +60,20 @@ def add_tags(doc_id: int) -> dict[str, object]:
     return engine.store.add_tags(doc_id, tags, now_iso())
 
 
+@blueprint.patch("/api/v1/documents/<id:doc_id>/tags")
+def patch_tags(doc_id: int) -> dict[str, object]:
+    """Add and remove tags in one step: a move between collections is one change, one version step."""
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    add = validation.tags(body.get("add"), "add")
+    remove = validation.tags(body.get("remove"), "remove")
+    if not add and not remove:
+        raise ValidationError("give tags to add, to remove, or both")
+    if set(add) & set(remove):
+        raise ValidationError("a tag cannot be both added and removed")
+    return engine.store.patch_tags(doc_id, add, remove, if_match_versions(), now_iso())
+
+
 # <path:...> so that a tag holding "/" (sent as %2F, which the server decodes) still reaches us whole.
 @blueprint.delete("/api/v1/documents/<id:doc_id>/tags/<path:tag>")
 def remove_tag(doc_id: int, tag: str) -> dict[str, object]:

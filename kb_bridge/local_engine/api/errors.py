@@ -19,12 +19,14 @@ logger = logging.getLogger(__name__)
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
+    403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
     412: "precondition_failed",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    421: "misdirected_request",
     422: "validation_error",
     503: "not_ready",
 }

@@ -11,7 +11,7 @@ from typing import Any
 from flask import request
 from werkzeug.exceptions import BadRequest as WerkzeugBadRequest
 
-from ..errors import BadRequest, ValidationError
+from ..errors import BadRequest, UnsupportedMediaType, ValidationError
 
 MAX_TAG_CHARS = 200
 MAX_TAGS = 100
@@ -20,7 +20,10 @@ MAX_PATH_CHARS = 4096
 
 
 def json_object(max_bytes: int) -> dict[str, Any]:
-    """The request body as a JSON object (any Content-Type: curl -d sends form-urlencoded)."""
+    """The request body as a JSON object. Only `application/json` (a charset is fine): `text/plain` and
+    form bodies are what a web page can send cross-site without a preflight (api/guard.py), so they are 415."""
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("send the body as JSON with Content-Type: application/json")
     request.max_content_length = max_bytes
     try:
         body = request.get_json(force=True, silent=False, cache=True)

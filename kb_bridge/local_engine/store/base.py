@@ -99,6 +99,11 @@ def check_note(doc_type: object, version: object, doc_id: int, if_match: Collect
     """A note (else NotANote) at a version `if_match` accepts (else PreconditionFailed); None accepts any."""
     if doc_type != "note":
         raise NotANote(f"document {doc_id} is a {doc_type} file, not a note; only notes can be edited")
+    check_version(version, doc_id, if_match)
+
+
+def check_version(version: object, doc_id: int, if_match: Collection[str] | None) -> None:
+    """PreconditionFailed unless `if_match` (the versions accepted; "*" any; None: no condition) holds."""
     if if_match is not None and "*" not in if_match and str(version) not in if_match:
         wanted = ", ".join(sorted(if_match)) or "none"
         raise PreconditionFailed(f"document {doc_id} is at version {version}; If-Match asked for {wanted}")
@@ -162,6 +167,10 @@ class Store(Protocol):
     def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON: ...
 
     def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON: ...
+
+    def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
+                   now: str) -> JSON:
+        """Remove and add tags in one step (one version step); PreconditionFailed when `if_match` does not hold."""
 
     def list_tags(self, prefix: str | None) -> list[JSON]: ...
 

@@ -29,6 +29,7 @@ from ..base import (
     Ranking,
     Submission,
     check_note,
+    check_version,
 )
 from . import documents, fts, jobs, schema
 from .db import Database
@@ -162,6 +163,13 @@ class SqliteStore:
     def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
         with self.db.write() as conn:
             return documents.remove_tag(conn, doc_id, tag, now)
+
+    def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
+                   now: str) -> JSON:
+        with self.db.write() as conn:
+            row = documents.require_document(conn, doc_id)
+            check_version(row["version"], doc_id, if_match)
+            return documents.change_tags(conn, doc_id, add, remove, now)
 
     def list_tags(self, prefix: str | None) -> list[JSON]:
         with self.db.snapshot() as conn:

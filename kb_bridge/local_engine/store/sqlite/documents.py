@@ -256,6 +256,23 @@ def remove_tag(conn: sqlite3.Connection, doc_id: int, tag: str, now: str) -> dic
     return _tag_state(conn, doc_id)
 
 
+def change_tags(
+    conn: sqlite3.Connection, doc_id: int, add: Sequence[str], remove: Sequence[str], now: str
+) -> dict[str, object]:
+    """Remove then add tags in the caller's transaction; one version step if anything changed. Removing a
+    tag the document lacks, or adding one it has, changes nothing."""
+    changed = 0
+    for tag in remove:
+        changed += conn.execute("DELETE FROM document_tags WHERE document_id = ? AND tag = ?", (doc_id, tag)).rowcount
+    for tag in add:
+        changed += conn.execute(
+            "INSERT OR IGNORE INTO document_tags (document_id, tag) VALUES (?, ?)", (doc_id, tag)
+        ).rowcount
+    if changed:
+        _bump_version(conn, doc_id, now)
+    return _tag_state(conn, doc_id)
+
+
 def list_tags(conn: sqlite3.Connection, prefix: str | None) -> list[dict[str, object]]:
     sql = "SELECT tag, COUNT(*) FROM document_tags"
     params: list[object] = []
