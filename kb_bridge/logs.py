@@ -13,11 +13,29 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from kb_bridge import access_log
+from kb_bridge.redaction import NO_SECRETS, Redactor
 
 FIELDS = "fields"
+
+# Secrets this process knows (set where logging is configured): no piece of one reaches a line. Lines are
+# redacted whole, except the access line, whose only text from outside is the request path (it is on every
+# request's path, so it is kept cheap).
+_redact: Redactor = NO_SECRETS
+
+
+def _redacted(record: logging.LogRecord, line: str, fields: dict[str, Any]) -> str:
+    if not _redact:
+        return line
+    if record.name == access_log.logger.name and not record.exc_info:
+        path = fields.get("path")
+        if isinstance(path, str) and _redact(path) != path:
+            return line.replace(path, _redact(path))
+        return line
+    return _redact(line)
 
 
 def fields_of(record: logging.LogRecord) -> dict[str, Any]:
@@ -46,10 +64,11 @@ class JsonFormatter(logging.Formatter):
         rid = access_log.request_id.get()
         if rid is not None:
             entry["request_id"] = rid
-        entry.update(fields_of(record))
+        fields = fields_of(record)
+        entry.update(fields)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return _encode(entry)
+        return _redacted(record, _encode(entry), fields)
 
 
 # One encoder for every line: json.dumps with any option builds a new JSONEncoder per call.
@@ -63,7 +82,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         fields = fields_of(record)
-        return f"{text} {json.dumps(fields, default=str)}" if fields else text
+        return _redacted(record, f"{text} {json.dumps(fields, default=str)}" if fields else text, fields)
 
 
 def gunicorn_logconfig(level: str, as_json: bool, access_log: bool = False) -> dict[str, Any]:
@@ -97,7 +116,10 @@ def lean_records() -> None:
     logging.logMultiprocessing = False
 
 
-def configure_logging(level: str = "INFO", as_json: bool = True) -> None:
+def configure_logging(level: str = "INFO", as_json: bool = True, secrets: Iterable[str] = ()) -> None:
+    """Log to stderr, one line per event, with no piece of any of `secrets` in a line."""
+    global _redact
+    _redact = Redactor(secrets)
     lean_records()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())

@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.metrics import Metrics, PrometheusMetrics
+from kb_bridge.redaction import Redactor
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.factory import make_upload_store
 from kb_bridge.uploads.store import UploadStore
@@ -35,7 +36,7 @@ class Bridge:
         self.settings = settings
         self.uploads = uploads or make_upload_store(settings)
         self.metrics = metrics or (PrometheusMetrics(self.uploads) if settings.mcp.metrics else Metrics())
-        self.engine = engine or EngineClient(settings.engine, metrics=self.metrics)
+        self.engine = engine or EngineClient(settings.engine, metrics=self.metrics, redact=Redactor(settings.secrets()))
         self._executor: ThreadPoolExecutor | None = None
         self._wrapped: dict[Callable[..., Any], Callable[..., Awaitable[Any]]] = {}
         self._users = 0  # lifespans currently entered (one per transport session manager)

@@ -57,6 +57,7 @@ class EngineSettings:
     url: str = "http://127.0.0.1:8000"
     api_key: Secret | None = None
     connect_timeout: float = 3.0
+    # The longest one attempt may take in all: connect, send and the whole answer, however slowly it comes.
     read_timeout: float = 30.0
     # Streaming a large file to the engine takes longer than any JSON call.
     upload_timeout: float = 600.0
@@ -79,10 +80,16 @@ class EngineSettings:
         netloc = f"{host}:{parts.port}" if parts.port else host
         return f"{parts.scheme}://{netloc}{parts.path}"
 
+    def call_deadline(self) -> float:
+        """Seconds a tool call's engine work may take in all, retries and waits included (client/deadline.py):
+        room for one attempt of `read_timeout` and a retry of half as long."""
+        return 1.5 * self.read_timeout
+
     def call_budget(self) -> float:
-        """Worst-case seconds one JSON engine call may take, retries and waits included."""
-        per_attempt = self.connect_timeout + self.read_timeout
-        return self.retry_attempts * per_attempt + (self.retry_attempts - 1) * self.retry_max_wait
+        """Worst-case seconds one JSON tool call's engine work may take (the per-call deadline bounds it).
+        An upload's streaming has its own budget; it runs on a pool thread while the worker's event loop
+        keeps answering gunicorn's heartbeat, so gunicorn's timeout does not cut it."""
+        return self.call_deadline()
 
 
 @dataclass(frozen=True)
@@ -146,9 +153,14 @@ class ServerSettings:
     # Idle keep-alive connections hold a worker's graceful shutdown open (gunicorn waits for
     # every connection), so keep this short unless a load balancer in front needs it longer.
     keepalive: int = 5
-    # Open connections per worker before new requests are answered 503: bounds what a flood of
-    # idle or slow clients can hold (each costs some 35 KiB, docs/benchmarks.md "Abuse").
+    # Open connections per worker (each costs some 35 KiB, docs/benchmarks.md "Abuse"). Beyond it the
+    # oldest connection without a request in progress is closed for the new one; only when every one is
+    # busy are new requests answered 503 (serving/protocol.py).
     max_connections: int = 1000
+    # A request's head must arrive within header_timeout seconds, its body within body_timeout of the
+    # head; else 408 and the connection is closed (slow clients cannot hold a worker's connections).
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,11 @@ class Settings:
 
     def __post_init__(self) -> None:
         _check_cross_field_rules(self)
+
+    def secrets(self) -> list[str]:
+        """Every secret this configuration holds, for redaction (kb_bridge/redaction.py)."""
+        keys = [self.engine.api_key, self.mcp.metrics_token, *self.mcp.api_keys]
+        return [key.reveal() for key in keys if key is not None]
 
 
 # --- parsing helpers ----------------------------------------------------------------------
@@ -348,6 +365,8 @@ def _load_server(env: _Env) -> ServerSettings:
         graceful_timeout=env.number("KB_GRACEFUL_TIMEOUT", d.graceful_timeout, low=1, high=3600),
         keepalive=env.integer("KB_KEEPALIVE", d.keepalive, low=0, high=3600),
         max_connections=env.integer("KB_MAX_CONNECTIONS", d.max_connections, low=2, high=100_000),
+        header_timeout=env.number("KB_HEADER_TIMEOUT", d.header_timeout, low=1, high=3600),
+        body_timeout=env.number("KB_BODY_TIMEOUT", d.body_timeout, low=1, high=3600),
         worker_class=env.get("KB_WORKER_CLASS", d.worker_class, _parse_worker_class),
     )
 

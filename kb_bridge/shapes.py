@@ -134,6 +134,12 @@ def _opt(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any
     return value if isinstance(value, kind) else None
 
 
+def document_tags(raw: Mapping[str, Any]) -> list[str]:
+    """An engine document's raw tags, collection tags included."""
+    tags = raw.get("tags")
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
 def _tags(raw: Mapping[str, Any]) -> tuple[str | None, list[str]]:
     tags = raw.get("tags")
     if not isinstance(tags, list):

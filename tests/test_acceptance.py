@@ -181,15 +181,28 @@ async def test_jobs_filter_by_status(client: Client, engine: responses.RequestsM
 # --- Requirement: Collection management via tags ----------------------------------------------------------
 
 
-async def test_exclusive_collection_removes_old_tag_then_adds_new(client: Client, engine: responses.RequestsMock) -> None:
-    engine.get(f"{API}/documents/42", json=document(42, tags=["collection:documents", "x"]))
-    engine.delete(f"{API}/documents/42/tags/collection%3Adocuments", json={"id": 42, "tags": ["x"], "version": 2})
-    engine.post(f"{API}/documents/42/tags", json={"id": 42, "tags": ["x", "collection:memory"], "version": 3})
+async def test_exclusive_collection_move_is_one_conditional_step(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/42", json=document(42, tags=["collection:documents", "x"], version=3))
+    engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:memory", "x"], "version": 4})
+    result = await client.call_tool("kb_update_note", {"document_id": 42, "collection": "memory"})
+    tag_calls = [c for c in engine.calls if "/tags" in c.request.url]
+    assert [c.request.method for c in tag_calls] == ["PATCH"]
+    assert body(tag_calls[0]) == {"add": ["collection:memory"], "remove": ["collection:documents"]}
+    assert tag_calls[0].request.headers["If-Match"] == '"3"'
+    assert not result.is_error
+
+
+async def test_exclusive_collection_on_an_engine_without_patch_adds_then_removes(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/42", json=document(42, tags=["collection:documents", "x"], version=3))
+    engine.patch(f"{API}/documents/42/tags", status=405, json={"detail": "Method Not Allowed"})
+    engine.post(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:documents", "collection:memory", "x"], "version": 4})
+    engine.delete(f"{API}/documents/42/tags/collection%3Adocuments", json={"id": 42, "tags": ["collection:memory", "x"], "version": 5})
     result = await client.call_tool("kb_update_note", {"document_id": 42, "collection": "memory"})
     tag_calls = [(c.request.method, c.request.url) for c in engine.calls if "/tags" in c.request.url]
     assert tag_calls == [
-        ("DELETE", f"{API}/documents/42/tags/collection%3Adocuments"),
+        ("PATCH", f"{API}/documents/42/tags"),
         ("POST", f"{API}/documents/42/tags"),
+        ("DELETE", f"{API}/documents/42/tags/collection%3Adocuments"),
     ]
     assert body(calls_to(engine, "POST", "/documents/42/tags")[0]) == {"tags": ["collection:memory"]}
     assert not result.is_error

@@ -13,7 +13,7 @@ from mcp import Client
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from tests.conftest import API, make_settings
-from tests.helpers import body, chunk, document, job
+from tests.helpers import body, calls_to, chunk, document, job
 
 pytestmark = pytest.mark.anyio
 
@@ -189,11 +189,11 @@ async def test_update_on_an_engine_older_than_3_says_unsupported(client: Client,
 async def test_update_text_and_move_together(client: Client, engine: responses.RequestsMock) -> None:
     engine.patch(f"{API}/notes/42", json=document(42, version=2, tags=["collection:documents"]))
     engine.get(f"{API}/documents/42", json=document(42, version=2, tags=["collection:documents"]))
-    engine.delete(f"{API}/documents/42/tags/collection%3Adocuments", json={"id": 42, "tags": [], "version": 3})
-    engine.post(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:memory"], "version": 4})
+    engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:memory"], "version": 3})
     result = await client.call_tool("kb_update_note", {"document_id": 42, "text": "new", "collection": "memory"})
     assert not result.is_error
     assert body(engine.calls[0]) == {"text": "new"}
+    assert calls_to(engine, "PATCH", "/documents/42/tags")[0].request.headers["If-Match"] == '"2"'
 
 
 # --- what other clients send: integer-valued floats, contradictory flags, names by rule -------------------------

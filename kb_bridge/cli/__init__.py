@@ -14,6 +14,7 @@ from kb_bridge import __version__
 from kb_bridge.errors import SettingsError
 from kb_bridge.logs import configure_logging
 from kb_bridge.settings import Settings, load_settings
+from kb_bridge.uploads.factory import check_staging
 
 logger = logging.getLogger("kb_bridge.cli")
 
@@ -67,11 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     try:
         settings = load_settings()
+        if args.command == "stdio":
+            check_staging(settings)
     except SettingsError as exc:
         print(f"kb-bridge: configuration error: {exc}", file=sys.stderr)
         return 2
     if args.command == "stdio":
-        configure_logging(settings.server.log_level, settings.server.log_json)
+        configure_logging(settings.server.log_level, settings.server.log_json, settings.secrets())
         from kb_bridge.protocol.stdio import run_stdio
 
         run_stdio(settings)
@@ -97,6 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["KB_WORKERS"] = str(args.workers)
     try:
         settings = load_settings()  # fail here, readably, rather than inside gunicorn's master
+        check_staging(settings)
     except SettingsError as exc:
         print(f"kb-bridge: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -45,6 +46,8 @@ from kb_bridge.errors import (
     UnsupportedType,
 )
 from kb_bridge.metrics import Metrics
+from kb_bridge.redaction import Redactor
+from kb_bridge.client import deadline
 from kb_bridge.client.retry import RetryPolicy
 from kb_bridge.client.versions import version_problem
 from kb_bridge.settings import EngineSettings
@@ -86,6 +89,20 @@ class Call:
     expect_body: bool = True
 
 
+class DeadlineExceeded(EngineTimeout, NeverSent):
+    """The call's time budget ran out before this attempt could be sent."""
+
+    default_message = "the kb engine did not answer within the call's time budget (KB_ENGINE_TIMEOUT)"
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """requests' adapter over connection pools that tell the deadline watchdog which socket a request uses."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(deadline.POOL_CLASSES)
+
+
 def segment(value: object) -> str:
     """One URL path segment, with everything that could end or escape it percent-encoded."""
     return quote(str(value), safe="")
@@ -100,18 +117,22 @@ class EngineClient:
         session: requests.Session | None = None,
         retry: RetryPolicy | None = None,
         metrics: Metrics | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         self.settings = settings
+        # Engine messages quoted back to agents lose every piece of every secret first (redaction.py).
+        self._redact = redact or Redactor([settings.api_key.reveal()] if settings.api_key else [])
         self._base = settings.url
         self._retry = retry or RetryPolicy(settings)
         self._metrics = metrics or Metrics()
         self._session = session or self._new_session(settings)
+        self._watchdog = deadline.Watchdog()
 
     @staticmethod
     def _new_session(settings: EngineSettings) -> requests.Session:
         session = requests.Session()
         # Retries belong to RetryPolicy alone; the adapter's own must stay off.
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=settings.pool_size, max_retries=0)
+        adapter = _WatchedAdapter(pool_connections=4, pool_maxsize=settings.pool_size, max_retries=0)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         session.headers["User-Agent"] = f"kb-bridge/{__version__}"
@@ -162,7 +183,9 @@ class EngineClient:
             sent = self._send(replace(call, headers=headers), data=streamed, timeout=self.settings.upload_timeout)
             return self._parse(sent, call)
 
-        return self._run(attempt, call)
+        # Streaming a large file takes longer than any JSON call: it has a budget of its own.
+        with deadline.within(1.5 * self.settings.upload_timeout):
+            return self._run(attempt, call)
 
     def list_jobs(self, status: str | None, limit: int, offset: int = 0) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
@@ -211,6 +234,16 @@ class EngineClient:
         call = Call("DELETE", path, "DELETE /documents/{id}/tags/{tag}", f"document {document_id}", safe=True, write=True)
         return self._json(call)
 
+    def patch_tags(self, document_id: int, add: Sequence[str], remove: Sequence[str], if_match: int | None) -> dict[str, Any]:
+        """Add and remove tags in one engine step (engine 3.1+): one version step, If-Match honoured."""
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        path = f"{API}/documents/{segment(document_id)}/tags"
+        call = Call(
+            "PATCH", path, "PATCH /documents/{id}/tags", f"document {document_id}", safe=if_match is not None,
+            write=True, json={"add": list(add), "remove": list(remove)}, headers=headers,
+        )
+        return self._json(call)
+
     def list_tags(self, prefix: str | None = None) -> dict[str, Any]:
         params = {"prefix": prefix} if prefix else None
         return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", safe=True, params=params))
@@ -231,7 +264,17 @@ class EngineClient:
     def _json(self, call: Call) -> dict[str, Any]:
         return self._run(lambda: self._parse(self._send(call), call), call)
 
+    def deadline(self, seconds: float) -> AbstractContextManager[float]:
+        """Every engine request in this block (retries and waits included) is done within `seconds`."""
+        return deadline.within(seconds)
+
     def _run(self, attempt: Callable[[], Any], call: Call) -> Any:
+        if deadline.current() is None:  # not inside a tool call: this request alone gets the budget
+            with deadline.within(1.5 * call.timeout if call.timeout else self.settings.call_deadline()):
+                return self._run_within(attempt, call)
+        return self._run_within(attempt, call)
+
+    def _run_within(self, attempt: Callable[[], Any], call: Call) -> Any:
         attempts = 0
         reached = False  # did any attempt possibly reach the engine?
 
@@ -256,25 +299,33 @@ class EngineClient:
             raise
 
     def _send(self, call: Call, data: Any = None, timeout: float | None = None) -> requests.Response:
-        """One attempt: send, translate transport errors, check the status, read the body."""
+        """One attempt: send, translate transport errors, check the status, read the body; all of it within
+        what is left of the call's deadline (client/deadline.py)."""
+        call_end = deadline.current()
+        now = time.monotonic()
+        if call_end is not None and call_end <= now:
+            note_engine_outcome("deadline")
+            raise DeadlineExceeded()
         read_timeout = timeout or call.timeout or self.settings.read_timeout
+        # The attempt as a whole (not each read) ends after read_timeout, or at the call's deadline if sooner.
+        end = now + read_timeout if call_end is None else min(call_end, now + read_timeout)
+        left = end - now
+        read_timeout, connect_timeout = min(read_timeout, left), min(self.settings.connect_timeout, left)
         started = time.perf_counter()
         outcome = "error"
         headers = {**self._session.headers, **call.headers} if call.headers else self._session.headers
         try:
-            # Prepared here and handed to send(): Session.request would merge environment,
-            # cookie and proxy settings the bridge never uses, on every call (~15 % of its cost).
-            prepared = requests.Request(
-                call.method, self._base + call.path, params=call.params, json=call.json, data=data, headers=headers
-            ).prepare()
-            response = self._session.send(
-                prepared, timeout=(self.settings.connect_timeout, read_timeout), stream=True, allow_redirects=False
-            )
+            with self._watchdog.watching(end) as attempt:
+                try:
+                    response = self._attempt(call, data, headers, connect_timeout, read_timeout)
+                except (requests.exceptions.RequestException, OSError):
+                    if attempt.expired:
+                        outcome = "timeout"
+                        raise EngineTimeout(
+                            "the kb engine did not answer in time (KB_ENGINE_TIMEOUT), though it kept the connection open"
+                        ) from None
+                    raise
             outcome = str(response.status_code)
-            try:
-                response._content = self._read_capped(response)  # noqa: SLF001 - cached for .json()
-            finally:
-                response.close()
         except requests.exceptions.ConnectTimeout:
             outcome = "connect_timeout"
             raise EngineConnectFailed("the kb engine is unreachable (connection timed out)") from None
@@ -301,6 +352,21 @@ class EngineClient:
             note_engine_outcome(outcome)
         if response.status_code >= 400:
             raise self._error_for(response, call)
+        return response
+
+    def _attempt(
+        self, call: Call, data: Any, headers: Mapping[str, Any], connect_timeout: float, read_timeout: float
+    ) -> requests.Response:
+        # Prepared here and handed to send(): Session.request would merge environment,
+        # cookie and proxy settings the bridge never uses, on every call (~15 % of its cost).
+        prepared = requests.Request(
+            call.method, self._base + call.path, params=call.params, json=call.json, data=data, headers=headers
+        ).prepare()
+        response = self._session.send(prepared, timeout=(connect_timeout, read_timeout), stream=True, allow_redirects=False)
+        try:
+            response._content = self._read_capped(response)  # noqa: SLF001 - cached for .json()
+        finally:
+            response.close()
         return response
 
     def _read_capped(self, response: requests.Response) -> bytes:
@@ -333,6 +399,8 @@ class EngineClient:
             return EngineAuthFailed()
         if status == 404:
             return NotFound(f"{call.what} not found")
+        if status == 405:
+            return EngineUnsupported(f"the kb engine does not offer {call.endpoint}")
         if status == 409:
             if code == "not_a_note":
                 return NotANote()
@@ -352,13 +420,12 @@ class EngineClient:
         return EngineFailure(f"the kb engine answered with an unexpected status {status}")
 
     def _clean(self, message: str | None) -> str:
+        """An engine's message, fit to pass on: secrets out first (in any case; a cut cannot leave a stub),
+        then control characters, then cut short."""
         if not message:
             return ""
-        text = _CONTROL.sub(" ", message)[:_MAX_ENGINE_MESSAGE]
-        key = self.settings.api_key
-        if key is not None and key.reveal():
-            text = text.replace(key.reveal(), "***")
-        return text.strip()
+        window = message[: 4 * _MAX_ENGINE_MESSAGE]  # redacting a 64 MiB body is not needed to show 300 characters
+        return _CONTROL.sub(" ", self._redact(window))[:_MAX_ENGINE_MESSAGE].strip()
 
 
 def _engine_error(body: bytes) -> tuple[str | None, str | None]:

@@ -6,7 +6,9 @@ server unless repeating it is harmless):
   call is *safe*: a read, a PATCH with If-Match, a POST carrying an Idempotency-Key;
 - an unsafe call is retried only when the request provably never left (`NeverSent`);
 - attempts are bounded, waits are jittered exponential ("full jitter"), and a Retry-After
-  from the engine is honoured up to a cap.
+  from the engine is honoured up to a cap;
+- nothing outlives the call's deadline (client/deadline.py): no retry starts once it has passed, and no
+  wait runs past it.
 """
 
 from __future__ import annotations
@@ -17,14 +19,24 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_any
+from tenacity.stop import stop_base
 
+from kb_bridge.client import deadline
 from kb_bridge.errors import NeverSent, Retryable
 from kb_bridge.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+class _PastDeadline(stop_base):
+    """Stop retrying once the call's deadline has passed."""
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        left = deadline.remaining()
+        return left is not None and left <= 0
+
 
 def should_retry(exc: BaseException, safe: bool) -> bool:
     return isinstance(exc, Retryable) and (safe or isinstance(exc, NeverSent))
@@ -45,7 +57,7 @@ class RetryPolicy:
 
     def _retrying(self, settings: EngineSettings, sleep: Callable[[float], None], safe: bool) -> Retrying:
         return Retrying(
-            stop=stop_after_attempt(settings.retry_attempts),
+            stop=stop_any(stop_after_attempt(settings.retry_attempts), _PastDeadline()),
             wait=self._wait,
             sleep=sleep,
             reraise=True,
@@ -66,7 +78,9 @@ class RetryPolicy:
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        return self.wait_seconds(state.attempt_number, getattr(exc, "retry_after", None))
+        wait = self.wait_seconds(state.attempt_number, getattr(exc, "retry_after", None))
+        left = deadline.remaining()
+        return wait if left is None else max(0.0, min(wait, left))
 
     def _log(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None

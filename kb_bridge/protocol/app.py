@@ -42,7 +42,9 @@ class McpEndpoint:
     only receive progress notifications on an SSE answer, and only asks for them by putting a progress
     token in the request, so in "auto" mode a request without one gets the cheaper JSON answer. (The token
     is looked for as bytes: a false positive, the word inside an argument, merely costs an SSE answer.)
-    Other methods (GET, DELETE) go to the SSE transport, which answers them as a stateless server does.
+    Any other method is 405: a stateless server has no session, so no stream of server-initiated messages
+    to open with GET (the MCP transport allows answering it 405) and nothing to end with DELETE; an open
+    GET stream would only hold a connection forever.
     """
 
     def __init__(self, json_app: Any, sse_app: Any, mode: str, max_body_bytes: int) -> None:
@@ -53,7 +55,8 @@ class McpEndpoint:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("method") != "POST":
-            await self._sse(scope, receive, send)
+            await send_json(send, 405, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": types.INVALID_REQUEST, "message": "this stateless MCP endpoint takes POST only"}}, [(b"allow", b"POST")])
             return
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max:

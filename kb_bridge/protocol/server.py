@@ -112,8 +112,10 @@ class ToolDispatcher:
 
 def _handle_and_render(spec: ToolSpec, ctx: ToolContext, arguments: Any) -> tuple[Result, str]:
     """The handler and its text rendering, both on the pool thread: rendering a page of search
-    results is string work that would otherwise hold up the event loop for every other request."""
-    result = spec.handler(ctx, arguments)
+    results is string work that would otherwise hold up the event loop for every other request.
+    Every engine request of the call shares one deadline (EngineSettings.call_deadline)."""
+    with ctx.engine.deadline(ctx.settings.engine.call_deadline()):
+        result = spec.handler(ctx, arguments)
     return result, spec.render(result)
 
 

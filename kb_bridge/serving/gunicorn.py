@@ -16,7 +16,9 @@ from typing import Any
 from kb_bridge.allocator import pin_malloc_thresholds
 from kb_bridge.logs import configure_logging, gunicorn_logconfig
 from kb_bridge.metrics import MULTIPROC_ENV, mark_worker_dead
+from kb_bridge.errors import SettingsError
 from kb_bridge.settings import Settings, load_settings
+from kb_bridge.uploads.factory import check_staging
 
 ASGI_APP = "kb_bridge.asgi:app"
 UVICORN_WORKER = "kb_bridge.serving.worker.BridgeUvicornWorker"
@@ -24,7 +26,11 @@ UVICORN_WORKER = "kb_bridge.serving.worker.BridgeUvicornWorker"
 
 def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
     """Every gunicorn setting and server hook for this configuration, by gunicorn's names."""
-    settings = settings or load_settings()
+    try:
+        settings = settings or load_settings()
+        check_staging(settings)
+    except SettingsError as exc:
+        raise SystemExit(f"kb-bridge: configuration error: {exc}") from None
     server = settings.server
 
     # Prometheus multiprocess mode: every worker writes its samples under one directory, fresh for
@@ -33,10 +39,11 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
 
     def on_starting(_server: Any) -> None:
-        configure_logging(server.log_level, server.log_json)
+        configure_logging(server.log_level, server.log_json, settings.secrets())
+        raise_open_file_limit()
 
     def post_fork(_server: Any, _worker: Any) -> None:
-        configure_logging(server.log_level, server.log_json)
+        configure_logging(server.log_level, server.log_json, settings.secrets())
         # Upload chunks pass through multi-MiB buffers; see kb_bridge/allocator.py.
         pin_malloc_thresholds()
 
@@ -88,6 +95,19 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         "child_exit": child_exit,
         "on_exit": on_exit,
     }
+
+
+def raise_open_file_limit() -> None:
+    """Let the workers hold the connections KB_MAX_CONNECTIONS allows: the soft limit on open files (often
+    1024) goes up to the hard one. Inherited by the workers gunicorn forks."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # a platform that will not: the limit stays as it was
 
 
 def run_server(settings: Settings) -> int:

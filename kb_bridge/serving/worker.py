@@ -13,11 +13,15 @@ from typing import Any
 
 from uvicorn_worker import UvicornWorker
 
+from kb_bridge.serving.protocol import BoundedHttpToolsProtocol
+from kb_bridge.settings import load_settings
+
 
 class BridgeUvicornWorker(UvicornWorker):
     CONFIG_KWARGS: dict[str, Any] = {
         "loop": "auto",
-        "http": "auto",
+        # uvicorn's httptools protocol with bounds on slow clients (serving/protocol.py).
+        "http": BoundedHttpToolsProtocol,
         # Fail the worker's boot if the app cannot start (lifespan), rather than serve broken.
         "lifespan": "on",
         # The app writes one access line per request itself (with its request id).
@@ -27,6 +31,11 @@ class BridgeUvicornWorker(UvicornWorker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # uvicorn_worker ignores gunicorn's worker_connections; uvicorn's own bound is
-        # limit_concurrency (open connections or running requests, then 503 to new requests).
-        self.config.limit_concurrency = self.cfg.worker_connections
+        server = load_settings().server
+        limits = BoundedHttpToolsProtocol.limits
+        limits.header_timeout, limits.body_timeout = server.header_timeout, server.body_timeout
+        limits.max_connections = server.max_connections
+        # uvicorn_worker ignores gunicorn's worker_connections. The protocol keeps at most max_connections
+        # open by closing idle ones; uvicorn's own bound (open connections or running requests, then 503)
+        # sits one above, so it answers 503 only when every connection has a request in progress.
+        self.config.limit_concurrency = server.max_connections + 1

@@ -12,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kb_bridge.testing.processes import free_port
 
 
 class StandInEngine:
-    def __init__(self, delay: float = 0.0, version: str = "3.0.0", gate: int = 0) -> None:
+    def __init__(self, delay: float = 0.0, version: str = "3.0.0", gate: int = 0, drip: float = 0.0) -> None:
         self.delay = delay
+        # With drip, a search's answer goes out one byte every `drip` seconds, headers included: an
+        # engine that never stops answering, so no single read ever times out.
+        self.drip = drip
+        # A test may answer requests itself: (method, path) -> (status, JSON payload), or None for the default.
+        self.custom: Callable[[str, str], tuple[int, Any] | None] | None = None
         self.version = version
         # With a gate, searches are held until that many are in flight at once (or 10 s pass):
         # a test then knows the calls overlapped, instead of hoping its timing made them.
@@ -59,6 +65,9 @@ class StandInEngine:
         self._loop.close()
 
     def answer(self, method: str, path: str) -> tuple[int, Any]:
+        found = self.custom(method, path) if self.custom is not None else None
+        if found is not None:
+            return found
         if path.startswith("/api/v1/status"):
             return 200, {"version": self.version, "api": "v1", "model": None, "device": "cpu", "search_modes": ["fts"],
                          "documents": {"total": 0, "notes": 0, "files": 0}, "chunks": 0,
@@ -106,9 +115,14 @@ class StandInEngine:
                 finally:
                     self.in_flight -= 1
                 body = json.dumps(payload).encode()
-                writer.write(
-                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
-                )
+                answer = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+                if self.drip and path.startswith("/api/v1/search"):
+                    for i in range(len(answer)):
+                        writer.write(answer[i : i + 1])
+                        await writer.drain()
+                        await asyncio.sleep(self.drip)
+                else:
+                    writer.write(answer)
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError):
             return

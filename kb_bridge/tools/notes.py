@@ -11,6 +11,7 @@ from kb_bridge import collections, shapes
 from kb_bridge.errors import Conflict, IngestionFailed, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import render
+from kb_bridge.tools.moves import move, version_conflict
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,11 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
 
 def wait_for_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Poll until the job is done (read-your-writes) or the time is up (then the job as it stands)."""
+    with ctx.engine.deadline(timeout + ctx.settings.engine.call_deadline()):
+        return _poll_job(ctx, job, timeout)
+
+
+def _poll_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[str, Any]:
     started = time.monotonic()
     delay = 0.02
     polls = 0
@@ -98,9 +104,9 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
         if document["doc_type"] not in (None, "note"):
             raise NotANote()
     if expected is not None and document["version"] != expected:
-        raise _version_conflict(document["version"])
+        raise version_conflict(document["version"])
     if new_collection is not None and document["collection"] != new_collection:
-        document = _move(ctx, document_id, new_collection)
+        document = move(ctx, document_id, new_collection, expected)
     return document
 
 
@@ -111,28 +117,10 @@ def _patch(ctx: ToolContext, document_id: int, changes: dict[str, Any], expected
         if exc.details.get("reason") != "version_mismatch":
             raise
         current = shapes.document(ctx.engine.get_document(document_id))
-        raise _version_conflict(current["version"]) from None
+        raise version_conflict(current["version"]) from None
     except NotFound:
         ctx.engine.require_note_updates()  # on an engine too old for PATCH /notes, 404 means "no such endpoint"
         raise
-
-
-def _version_conflict(current: int | None) -> Conflict:
-    return Conflict(
-        f"the note changed since the version you expected (now version {current}); re-read it with kb_get and retry",
-        current_version=current,
-    )
-
-
-def _move(ctx: ToolContext, document_id: int, collection: str) -> Result:
-    """Exclusive membership (a document is in exactly one collection): remove every old collection tag first, then add the new one."""
-    target = collections.tag_for(collection)
-    current = ctx.engine.get_document(document_id)
-    for tag in collections.collection_tags(current.get("tags") or []):
-        if tag != target:
-            ctx.engine.remove_tag(document_id, tag)
-    ctx.engine.add_tags(document_id, [target])
-    return shapes.document(ctx.engine.get_document(document_id))
 
 
 def render_addnote(result: Result) -> str:

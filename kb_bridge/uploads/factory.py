@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from kb_bridge.settings import Settings
-from kb_bridge.uploads.directory import DirectoryStore
+from kb_bridge.uploads.directory import DirectoryStore, check_root
 from kb_bridge.uploads.store import UploadStore
+
+
+def check_staging(settings: Settings) -> None:
+    """At start: the staging directory exists, 0700, and no one else can write to it (SettingsError naming
+    KB_UPLOAD_DIR otherwise). Nothing to check when uploads are staged in Redis."""
+    if settings.uploads.store_url is None:
+        check_root(settings.uploads.dir)
 
 
 def make_upload_store(settings: Settings) -> UploadStore:

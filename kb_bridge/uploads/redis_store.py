@@ -27,7 +27,7 @@ import redis
 
 from kb_bridge.errors import Conflict, KbError, StorageError, StorageFull, UploadExpired
 from kb_bridge.uploads.names import is_upload_id
-from kb_bridge.uploads.store import Progress, Upload, beyond_total_size, too_many_bytes, too_many_uploads
+from kb_bridge.uploads.store import Progress, Upload, beyond_total_size, lock_busy, too_many_bytes, too_many_uploads
 
 logger = logging.getLogger(__name__)
 
@@ -234,6 +234,21 @@ class RedisStore:
             except UploadExpired:
                 continue
         return sorted(found, key=lambda pair: pair[0].created_at)
+
+    @contextmanager
+    def lock(self, name: str, timeout: float) -> Iterator[None]:
+        key, token = f"{self._prefix}:lock:{name}", secrets.token_hex(16)
+        deadline = time.monotonic() + timeout
+        with _redis_errors():
+            while not self._redis.set(key, token, nx=True, px=_LOCK_MS):
+                if time.monotonic() >= deadline:
+                    raise lock_busy(name)
+                time.sleep(0.02)
+        try:
+            yield
+        finally:
+            with _redis_errors():
+                self._unlock(keys=[key], args=[token])
 
     @contextmanager
     def _lock(self, meta_key: str, lock_key: str) -> Iterator[str]:

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from kb_bridge.errors import InvalidArgument, LimitExceeded
+from kb_bridge.errors import Conflict, InvalidArgument, LimitExceeded
 
 
 @dataclass
@@ -66,6 +66,10 @@ def too_many_bytes(reserved: int, limit: int) -> LimitExceeded:
     )
 
 
+def lock_busy(name: str) -> Conflict:
+    return Conflict(f"another request holds {name!r} (for instance a move of the same document); try again shortly")
+
+
 def beyond_total_size(would_have: int, total_size: int) -> InvalidArgument:
     return InvalidArgument("data", f"this chunk would bring the upload to {would_have} bytes, more than total_size {total_size}")
 
@@ -104,3 +108,8 @@ class UploadStore(Protocol):
 
     def stats(self) -> tuple[int, int]:
         """(uploads in progress, bytes staged) across every caller, for metrics."""
+
+    def lock(self, name: str, timeout: float) -> AbstractContextManager[None]:
+        """Hold a named lock that every worker sharing this store respects (the store is the bridge's one
+        piece of shared state, so it also lends locks, e.g. to serialise moves of one document). `name` is
+        ours, never an agent's. Conflict when it stays taken for `timeout` seconds."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -17,12 +18,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kb_bridge import collections, shapes
-from kb_bridge.errors import Conflict, InvalidArgument, KbError, UploadIncomplete
+from kb_bridge.errors import Conflict, InvalidArgument, KbError, StorageError, StorageFull, UploadIncomplete
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
 from kb_bridge.uploads.multipart import file_job_body
 from kb_bridge.uploads.names import extension, new_upload_id, safe_filename
 from kb_bridge.uploads.store import Progress, Upload
+
+logger = logging.getLogger(__name__)
 
 MAX_CHUNKS = 100_000
 SHA256 = {"type": "string", "pattern": a.SHA256_PATTERN}
@@ -230,7 +233,13 @@ def finish(ctx: ToolContext, args: UploadIdArguments) -> Result:
             "size_bytes": upload.total_size,
             "sha256": digest,
         }
-        ctx.uploads.mark_finished(upload.upload_id, owner, result)
+        try:
+            ctx.uploads.mark_finished(upload.upload_id, owner, result)
+        except (StorageError, StorageFull):
+            # The engine job exists: that is the answer. The upload stays staged, unmarked; a repeated finish
+            # sends it again with the same Idempotency-Key, and the engine answers with this same job.
+            logger.warning("upload %s became engine job %s but could not be marked finished in staging",
+                           upload.upload_id, job["id"])
         return result
 
 

@@ -98,43 +98,47 @@ def test_39_slow_clients_do_not_starve_the_others(tmp_path: Path) -> None:
 
 
 def test_connections_per_worker_are_bounded(tmp_path: Path) -> None:
-    """KB_MAX_CONNECTIONS bounds what idle clients can hold: once a worker holds that many open
-    connections, new requests are answered 503 at once; when the idle clients leave, service
-    resumes. (The default uvicorn worker; gunicorn's own ASGI worker counts connections but, in
-    gunicorn 27, does not enforce the bound: the README says so.)"""
-    with StandInEngine() as engine:
+    """KB_MAX_CONNECTIONS bounds what a worker holds open: beyond it the oldest connection without a request
+    in progress is closed to make room, so idle clients never lock out a new one; only when every connection
+    has a request in progress is a new request answered 503. (The default uvicorn worker; gunicorn's own ASGI
+    worker counts connections but, in gunicorn 27, does not enforce the bound: the README says so.)"""
+    with StandInEngine(delay=3.0) as engine:
         env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_KEEPALIVE": "120", "KB_MAX_CONNECTIONS": "20"}
         bridge = start_bridge(tmp_path, env, workers=1)
         port = int(bridge.url.rsplit(":", 1)[1])
         try:
             (worker,) = worker_pids(bridge)
 
-            async def flood() -> tuple[list[int | str], int]:
+            async def idle_clients() -> tuple[list[int | str], int]:
                 statuses: list[int | str] = []
                 writers = []
                 try:
                     for i in range(30):  # one after another, each left open after its answer
                         reader, writer = await asyncio.open_connection("127.0.0.1", port)
                         writers.append(writer)
-                        statuses.append(await _call_and_status(reader, writer, port, i))
-                    beyond = await asyncio.to_thread(_status_of_one_call, bridge.url)
+                        statuses.append(await _call_and_status(reader, writer, port, i, engine))
+                    held = connections_of(int(worker), port)
                 finally:
                     for writer in writers:
                         writer.close()
-                return statuses, beyond
+                return statuses, held
 
-            statuses, during = asyncio.run(flood())
-            wait_until(lambda: connections_of(int(worker), port) == 0, 30, what="the idle clients to be gone")
-            after = _status_of_one_call(bridge.url)
+            engine.delay = 0.0
+            statuses, held = asyncio.run(idle_clients())
+            engine.delay = 3.0
+            with ThreadPoolExecutor(20) as pool:
+                busy = [pool.submit(_status_of_one_call, bridge.url) for _ in range(20)]
+                wait_until(lambda: engine.in_flight == 20, 30, what="20 calls in progress")
+                beyond = _status_of_one_call(bridge.url)
+                finished = [f.result(60) for f in busy]
         finally:
             bridge.stop()
-    # uvicorn counts the asking connection too: 19 idle ones are served, the 20th on is refused.
-    assert statuses == [200] * 19 + [503] * 11, statuses
-    assert during == 503
-    assert after == 200
+    assert statuses == [200] * 30, statuses  # idle clients were closed to make room, not the new ones refused
+    assert held <= 20, held
+    assert finished == [200] * 20 and beyond == 503
 
 
-async def _call_and_status(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int, i: int) -> int | str:
+async def _call_and_status(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int, i: int, engine: StandInEngine) -> int | str:
     writer.write(raw_search_call(port, TOKEN, i, f"idle-{i}"))
     await writer.drain()
     status_line = await asyncio.wait_for(reader.readline(), 10)

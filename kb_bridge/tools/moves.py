@@ -1,0 +1,108 @@
+"""Moving a document to another collection: a document is in exactly one collection, always.
+
+On an engine with `PATCH /api/v1/documents/{id}/tags` (3.1 and later) a move is one engine step: add the new
+collection tag and remove the old ones at once, conditional on the version just read (If-Match). One move is
+one version step, the other tags stay, and of concurrent moves each either lands on the version it read or
+reads again and retries, so exactly one collection tag remains: the target of the last move that landed.
+
+An engine without it (404 or 405 to the PATCH) gets the move in steps: add the new tag, then remove the old
+ones, under a lock that every bridge worker sharing the upload store respects (so the bridge's own moves of
+one document never interleave). A step that fails puts back what the move had done: the old collection and
+the other tags stay. If even that fails, the outcome is reported as unknown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kb_bridge import collections, shapes
+from kb_bridge.errors import Conflict, EngineFailure, EngineUnsupported, KbError, NotFound, OutcomeUnknown
+from kb_bridge.tools.spec import Result, ToolContext
+
+# Concurrent moves of one document retry on a version they did not expect; bounded.
+ATTEMPTS = 8
+LOCK_SECONDS = 10.0
+
+
+def move(ctx: ToolContext, document_id: int, collection: str, expected_version: int | None) -> Result:
+    """Move a document into `collection`. With `expected_version`, refuse (CONFLICT) if it changed since."""
+    target = collections.tag_for(collection)
+    for _ in range(ATTEMPTS):
+        raw = ctx.engine.get_document(document_id)
+        version = _version(raw, expected_version)
+        add, remove = _change(raw, target)
+        if not add and not remove:
+            return shapes.document(raw)
+        try:
+            ctx.engine.patch_tags(document_id, add, remove, if_match=version)
+        except Conflict as exc:
+            if exc.details.get("reason") != "version_mismatch":
+                raise
+            if expected_version is not None:
+                raise version_conflict(None) from None
+            continue  # another change landed first: read again and move from there
+        except (EngineUnsupported, NotFound) as exc:
+            if isinstance(exc, NotFound):
+                ctx.engine.get_document(document_id)  # the document still exists: the endpoint does not
+            return _move_in_steps(ctx, document_id, target, expected_version)
+        return shapes.document(ctx.engine.get_document(document_id))
+    raise Conflict("the document kept changing while it was being moved; try again")
+
+
+def _move_in_steps(ctx: ToolContext, document_id: int, target: str, expected_version: int | None) -> Result:
+    """Add the new collection tag, then remove the old ones, holding the document's move lock."""
+    with ctx.uploads.lock(f"move-{document_id}", LOCK_SECONDS):
+        raw = ctx.engine.get_document(document_id)
+        _version(raw, expected_version)
+        add, remove = _change(raw, target)
+        if add:
+            ctx.engine.add_tags(document_id, add)
+        try:
+            for tag in remove:
+                ctx.engine.remove_tag(document_id, tag)
+        except OutcomeUnknown as exc:
+            _undo(ctx, document_id, add, remove, exc)
+            # Undone: whatever the engine did with the last step, the document is as it was.
+            raise EngineFailure("the move failed midway and was undone; the document stays in its collection") from exc
+        except KbError as exc:
+            _undo(ctx, document_id, add, remove, exc)
+            raise
+        return shapes.document(ctx.engine.get_document(document_id))
+
+
+def _undo(ctx: ToolContext, document_id: int, added: list[str], remove: list[str], cause: KbError) -> None:
+    """Put the document back as it was before a move in steps failed midway (the old tags, not the new)."""
+    try:
+        current = set(shapes.document_tags(ctx.engine.get_document(document_id)))
+        missing = [tag for tag in remove if tag not in current]
+        if missing:
+            ctx.engine.add_tags(document_id, missing)
+        for tag in added:
+            if tag in current:
+                ctx.engine.remove_tag(document_id, tag)
+    except KbError:
+        raise OutcomeUnknown(
+            "the move failed midway and could not be undone; check the document's collection with kb_get"
+        ) from cause
+
+
+def _version(raw: dict[str, Any], expected: int | None) -> int | None:
+    version = shapes.document(raw)["version"]
+    if expected is not None and version != expected:
+        raise version_conflict(version)
+    return version
+
+
+def _change(raw: dict[str, Any], target: str) -> tuple[list[str], list[str]]:
+    """(tags to add, tags to remove) to leave `target` as the only collection tag."""
+    tags = shapes.document_tags(raw)
+    remove = [tag for tag in collections.collection_tags(tags) if tag != target]
+    return ([] if target in tags else [target]), remove
+
+
+def version_conflict(current: int | None) -> Conflict:
+    now = f" (now version {current})" if current is not None else ""
+    return Conflict(
+        f"the note changed since the version you expected{now}; re-read it with kb_get and retry",
+        current_version=current,
+    )
