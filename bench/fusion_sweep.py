@@ -2,9 +2,10 @@
 
 Not a test. Embedding SciFact takes about 10 minutes on 2 cores, fusing takes milliseconds, so this reads an
 engine data directory that bench/retrieval.py ingested and kept (`--data DIR --keep`; the engine must be
-stopped), and runs the engine's own code in this process: `fts.search` and `fts.score_ceiling` for BM25, the
-stored vectors and the bundled model for the vector side, `fusion.Fusion.fuse` for every setting of the
-grid. Each claim's candidates are computed once per BM25 title weight. The figures match what
+stopped), and runs the engine's own code in this process: a full-text index (`store/text_index.py`) built
+from the stored chunks for each BM25 title weight, an exact vector index of the stored vectors and the
+bundled model for the vector side, `fusion.Fusion.fuse` for every setting of the grid. Each claim's
+candidates are computed once per title weight. The figures match what
 `bench/retrieval.py` measures through the API with the same settings (same chunks, same collapse to
 documents, same cut at 100 chunks). Tune on the train judgements only.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -27,11 +29,12 @@ from retrieval import DEFAULT_CORPUS, TOP_N, Qrels, collapse, doc_id_of, evaluat
 
 from kb_bridge.local_engine.search.fusion import Fusion
 from kb_bridge.local_engine.store.base import DocumentFilter, Ranking
-from kb_bridge.local_engine.store.sqlite import documents, fts
-from kb_bridge.local_engine.store.vectors import VectorIndex
+from kb_bridge.local_engine.store.sqlite import index_log
+from kb_bridge.local_engine.store.text_index import TextIndex
+from kb_bridge.local_engine.store.vector_index import VectorIndex, from_blobs
 
 DEPTHS = (50, 100, 200)
-TITLE_WEIGHTS = (1.0, 2.0, 3.0)
+TITLE_WEIGHTS = (1, 2, 3)
 CONVEX_VECTOR_SHARES = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
 RRF_KS = (1, 5, 10, 20, 60)
 RRF_VECTOR_WEIGHTS = (0.5, 1.0, 1.5)
@@ -51,15 +54,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 class Candidates:
     """Per claim: BM25 candidates, the BM25 ceiling, vector candidates and the cosine of every candidate."""
 
-    def __init__(self, conn: sqlite3.Connection, index: Any, vectors: Mapping[str, Any], queries: Mapping[str, str],
-                 title_weight: float, depth: int) -> None:
+    def __init__(self, text_index: TextIndex, index: Any, vectors: Mapping[str, Any], queries: Mapping[str, str],
+                 depth: int) -> None:
         self.lexical: dict[str, Ranking] = {}
         self.semantic: dict[str, Ranking] = {}
         self.ceiling: dict[str, float] = {}
         self.cosines: dict[str, dict[int, float]] = {}
         for query_id, text in queries.items():
-            self.lexical[query_id] = fts.search(conn, text, DocumentFilter(), depth, title_weight, 1.0)
-            self.ceiling[query_id] = fts.score_ceiling(conn, text)
+            self.lexical[query_id] = text_index.search(text, DocumentFilter(), depth)
+            self.ceiling[query_id] = text_index.score_ceiling(text)
             self.semantic[query_id] = index.search(vectors[query_id], depth)
             self.cosines[query_id] = index.similarities(vectors[query_id], [c for c, _ in self.lexical[query_id]])
 
@@ -71,6 +74,15 @@ class Candidates:
 
         return fusion.fuse(self.lexical[query_id][:depth], self.ceiling[query_id], self.semantic[query_id][:depth],
                            cosines_of)
+
+
+def build_text_index(conn: sqlite3.Connection, directory: Path, title_repeats: int) -> TextIndex:
+    """The engine's full-text index of the stored chunks, with the title indexed `title_repeats` times."""
+    index = TextIndex(directory / "text", "fusion-sweep", title_repeats)
+    for rows in index_log.all_chunk_rows(conn):
+        index.put(rows)
+    index.commit(0)
+    return index
 
 
 def settings() -> list[tuple[str, Fusion]]:
@@ -90,7 +102,10 @@ def sweep(conn: sqlite3.Connection, index: Any, vectors: Mapping[str, Any], quer
 
     for title_weight in TITLE_WEIGHTS:
         started = time.perf_counter()
-        found = Candidates(conn, index, vectors, queries, title_weight, max(DEPTHS))
+        with tempfile.TemporaryDirectory() as directory:
+            text_index = build_text_index(conn, Path(directory), title_weight)
+            found = Candidates(text_index, index, vectors, queries, max(DEPTHS))
+            text_index.close()
         print(f"title weight {title_weight}: candidates in {time.perf_counter() - started:.1f} s", flush=True)
         rows.append({"setting": "fts", "title_weight": title_weight, "depth": TOP_N, **score(found.lexical)})
         rows.append({"setting": "vector", "title_weight": title_weight, "depth": TOP_N, **score(found.semantic)})
@@ -114,9 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc_of = {chunk_id: doc_id_of(path) for chunk_id, path in conn.execute(
         "SELECT c.id, d.source_path FROM chunks c JOIN documents d ON d.id = c.document_id")}
     embedder = SentenceTransformerEmbedder(model_dir, query_precision=args.precision)
-    index = VectorIndex(embedder.dim)
-    for chunk_ids, doc_ids, matrix in documents.stored_vector_batches(conn, embedder.dim):
-        index.add(chunk_ids, doc_ids, matrix)
+    index = VectorIndex(embedder.dim, exact_below=1 << 40)  # exact: the sweep tunes fusion, not the ANN
+    for rows in index_log.all_vectors(conn):
+        index.add([row[0] for row in rows], from_blobs([row[1] for row in rows], embedder.dim), threads=0)
     print(f"{len(doc_of)} chunks, {len(index)} vectors, {len(queries)} claims; query model in "
           f"{embedder.query_precision}", flush=True)
     vectors = {query_id: embedder.embed_query(text) for query_id, text in queries.items()}

@@ -1,4 +1,4 @@
-"""The `kb-bridge` command: serve | stdio | engine | demo | check | token | tools."""
+"""The `kb-bridge` command: serve | stdio | engine | demo | check | ingest | token | tools."""
 
 from __future__ import annotations
 
@@ -45,6 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate the configuration and reach the engine; exit non-zero on a problem")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    ingest = commands.add_parser(
+        "ingest", help="load files and folders into the knowledge base (skips unchanged files, replaces changed ones)",
+        description="Upload every supported file under PATH to the engine (KB_ENGINE_URL, KB_API_KEY) as a bulk "
+                    "job, wait until each is indexed, and print what was added, updated, skipped or failed. "
+                    "A rerun skips what is already stored and continues an interrupted run.",
+        epilog="Exit status: 0 all files added, updated or skipped; 1 a file failed or the engine was "
+               "unreachable; 2 a usage or configuration error; 130 interrupted (Ctrl-C).")
+    from kb_bridge.cli.ingest import add_arguments
+
+    add_arguments(ingest)
+
     commands.add_parser("token", help="print a new random token for KB_MCP_API_KEY")
 
     tools_cmd = commands.add_parser("tools", help="list the tools this configuration offers, with their size in tools/list")
@@ -85,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kb_bridge.cli.check import run_check
 
         return run_check(settings, as_json=args.json)
+    if args.command == "ingest":
+        return _ingest(settings, args)
     if args.command == "demo":
         from kb_bridge.cli.demo import run_demo
 
@@ -108,6 +121,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     # gunicorn runs in this process: it is the master (PID 1 in a container gets the signals).
     return run_server(settings)
+
+
+def _ingest(settings: Settings, args: argparse.Namespace) -> int:
+    from kb_bridge.cli.ingest import run_ingest
+    from kb_bridge.client.engine import EngineClient
+
+    configure_logging("WARNING", False, settings.secrets())
+    client = EngineClient(settings.engine)
+    try:
+        return run_ingest(args, client, settings.uploads.extensions)
+    finally:
+        client.close()
 
 
 def _tools(settings: Settings, as_json: bool) -> int:

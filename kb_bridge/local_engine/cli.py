@@ -11,6 +11,7 @@ from kb_bridge.logs import configure_logging
 
 from .config import EngineConfig, load_config, parse_bind
 from .datadir import lock_data_dir
+from .embedding.device import DEVICE_CHOICES, select_device
 from .errors import EngineError
 
 logger = logging.getLogger(__name__)
@@ -28,10 +29,12 @@ environment:
   KB_ENGINE_BIND              HOST:PORT (same as --bind)
   KB_ENGINE_EMBEDDER          auto (default) | minilm | none (full-text search only)
   KB_ENGINE_WAIT_FOR_MODEL    1: load the model before serving instead of in the background
+  KB_ENGINE_DEVICE            auto (default: CUDA, then MPS, then CPU) | cpu | cuda | mps (same as --device)
+  KB_ENGINE_EMBED_BATCH       chunks per model call while ingesting (default 16)
   KB_ENGINE_MAX_UPLOAD_BYTES  largest accepted upload (default 629145600 = 600 MiB)
   KB_ENGINE_THREADS           request threads (default 8)
   KB_LOG_JSON                 1 (default): one JSON object per log line on stderr, as kb-bridge logs; 0: plain text
-  more in docs/engine.md (chunking, fusion and BM25 parameters).
+  more in docs/engine.md (number formats, chunking, fusion and BM25 parameters).
 
 Without KB_API_KEY the engine refuses to bind a non-loopback address unless --allow-no-auth is given.
 SIGTERM stops gracefully, SIGINT fast; an interrupted ingestion job runs again at the next start.
@@ -52,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait-for-model", action="store_true",
                         help="load the embedding model before serving (default: in the background; "
                              "full-text search works meanwhile)")
+    parser.add_argument("--device", choices=DEVICE_CHOICES,
+                        help="where the embedding model runs (default: auto = CUDA, then MPS, then CPU); "
+                             "a device named here that the machine lacks stops the engine")
     parser.add_argument("--allow-no-auth", action="store_true",
                         help="allow a non-loopback --bind without KB_API_KEY (trusted networks only)")
     parser.add_argument("--access-log", action="store_true", help="log every request to stderr")
@@ -61,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads}
+    overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads, "device": args.device}
     if args.bind:
         overrides["host"], overrides["port"] = parse_bind(args.bind)
     if args.no_embeddings:
@@ -83,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         configure_logging(args.log_level.upper(), config.log_json, [config.api_key] if config.api_key else [])
         config.check_bind_is_safe()
+        if config.embedder != "none" and config.device not in ("auto", "cpu"):
+            select_device(config.device)  # a missing GPU stops the engine here, not in a worker
         # Fail here, in the foreground, rather than in a worker that gunicorn would retry.
         lock_data_dir(config.data_dir).close()
     except EngineError as exc:

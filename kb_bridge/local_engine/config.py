@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .embedding.device import DEVICE_CHOICES
+from .embedding.precision import PRECISION_CHOICES
 from .errors import ConfigError
 
 MiB = 1024 * 1024
 EMBEDDER_CHOICES = ("auto", "minilm", "none")
 FUSION_CHOICES = ("convex", "rrf")
-PRECISION_CHOICES = ("auto", "float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +40,18 @@ class EngineConfig:
     # p95 was 20-37 ms with one, 90-536 ms with two (docs/benchmarks.md).
     query_precision: str = "auto"
     query_threads: int = 1
+    # Where the model runs (embedding/device.py): auto takes CUDA, then MPS, then the CPU.
+    device: str = "auto"
+    # How documents are embedded: "auto" takes the 16-bit format where it is faster with the same vectors
+    # (embedding/precision.py), else float32.
+    document_precision: str = "auto"
     max_upload_bytes: int = 600 * MiB
     max_json_bytes: int = 32 * MiB
     chunk_chars: int = 1000
     chunk_overlap: int = 150
-    embed_batch_size: int = 32
+    # Chunks per model call; several jobs' chunks share a call (ingest/worker.py). 16 was the fastest in
+    # float32 on 2 CPU cores (bench/ingestion.py, docs/benchmarks.md).
+    embed_batch_size: int = 16
     # Hybrid fusion (fusion.py): "convex" sums cosine and BM25-share-of-its-ceiling with these weights;
     # "rrf" sums weight / (rrf_k + rank). Chosen and tuned on SciFact's train claims (docs/benchmarks.md):
     # convex 1:1 0.749 nDCG@10; rrf 0.736 at k = 5, 0.727 at k = 60. 200 candidates instead of 100 gained
@@ -53,10 +61,13 @@ class EngineConfig:
     candidates: int = 100
     fts_weight: float = 1.0
     vector_weight: float = 1.0
-    # BM25 column weights for (title, text): a hit in the title counts more than one in the body.
-    # SciFact, hybrid nDCG@10 by title weight: 1.0 0.747, 2.0 0.749, 3.0 0.745.
-    bm25_title_weight: float = 2.0
-    bm25_text_weight: float = 1.0
+    # How many times a document's title is indexed with each chunk: a title word then counts about that
+    # many times a body word. SciFact, hybrid nDCG@10 by FTS5 title weight: 1 0.747, 2 0.749, 3 0.745.
+    # Part of the full-text index's layout: changing it rebuilds the index at the next start.
+    bm25_title_weight: int = 2
+    # Below this many vectors, vector search compares with every vector (exact, about 1 ms at 20k);
+    # above, it walks the HNSW graph (store/vector_index.py). 0 always uses the graph.
+    exact_search_below: int = 20_000
     idempotency_ttl_seconds: int = 24 * 3600
     allow_no_auth: bool = False
     access_log: bool = False
@@ -158,9 +169,13 @@ def validate(config: EngineConfig) -> None:
         raise ConfigError(f"KB_ENGINE_EMBEDDER must be one of {', '.join(EMBEDDER_CHOICES)}, got {config.embedder!r}")
     if config.fusion not in FUSION_CHOICES:
         raise ConfigError(f"KB_ENGINE_FUSION must be one of {', '.join(FUSION_CHOICES)}, got {config.fusion!r}")
-    if config.query_precision not in PRECISION_CHOICES:
-        raise ConfigError(f"KB_ENGINE_QUERY_PRECISION must be one of {', '.join(PRECISION_CHOICES)}, "
-                          f"got {config.query_precision!r}")
+    for value, name in ((config.query_precision, "KB_ENGINE_QUERY_PRECISION"),
+                        (config.document_precision, "KB_ENGINE_DOCUMENT_PRECISION")):
+        if value not in PRECISION_CHOICES:
+            raise ConfigError(f"{name} must be one of {', '.join(PRECISION_CHOICES)}, got {value!r}")
+    if config.device not in DEVICE_CHOICES:
+        raise ConfigError(f"KB_ENGINE_DEVICE (--device) must be one of {', '.join(DEVICE_CHOICES)}, "
+                          f"got {config.device!r}")
     if config.fusion == "convex" and config.fts_weight + config.vector_weight <= 0:
         raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
@@ -179,17 +194,19 @@ _INT_VARS = (
     ("query_threads", "KB_ENGINE_QUERY_THREADS", 1, 256),
     ("rrf_k", "KB_ENGINE_RRF_K", 0, 100_000),
     ("candidates", "KB_ENGINE_CANDIDATES", 1, 10_000),
+    ("bm25_title_weight", "KB_ENGINE_BM25_TITLE_WEIGHT", 0, 8),
+    ("exact_search_below", "KB_ENGINE_EXACT_SEARCH_BELOW", 0, 1 << 40),
 )
 _FLOAT_VARS = (
     ("fts_weight", "KB_ENGINE_FTS_WEIGHT"),
     ("vector_weight", "KB_ENGINE_VECTOR_WEIGHT"),
-    ("bm25_title_weight", "KB_ENGINE_BM25_TITLE_WEIGHT"),
-    ("bm25_text_weight", "KB_ENGINE_BM25_TEXT_WEIGHT"),
 )
 _CHOICE_VARS = (
     ("embedder", "KB_ENGINE_EMBEDDER"),
     ("fusion", "KB_ENGINE_FUSION"),
     ("query_precision", "KB_ENGINE_QUERY_PRECISION"),
+    ("document_precision", "KB_ENGINE_DOCUMENT_PRECISION"),
+    ("device", "KB_ENGINE_DEVICE"),
 )
 _LIST_VARS = (
     ("allowed_hosts", "KB_ENGINE_ALLOWED_HOSTS"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import IO
 
-from .clock import seconds_ago_iso
+from .clock import now_iso, seconds_ago_iso
 from .config import EngineConfig
 from .datadir import lock_data_dir
 from .embedding.embedder import Embedder, EmbedderSlot, start_embedder
@@ -24,7 +24,7 @@ from .store.backends import open_store
 
 logger = logging.getLogger(__name__)
 
-API_VERSION = "3.3.0"
+API_VERSION = "3.4.0"
 WORKER_STOP_SECONDS = 20.0
 
 
@@ -58,7 +58,8 @@ class Engine:
                 start_embedder(self.embedders, self.config.embedder, self.config.embed_batch_size,
                                background=not self.config.wait_for_model,
                                query_precision=self.config.query_precision,
-                               query_threads=self.config.query_threads)
+                               query_threads=self.config.query_threads, device=self.config.device,
+                               document_precision=self.config.document_precision)
         except BaseException:
             self.close()
             raise
@@ -68,7 +69,7 @@ class Engine:
         """Upgrade the schema, put interrupted jobs back in the queue, drop uploads no job needs."""
         self.staging.prepare()
         self.store.open()
-        resumed, in_use = self.store.recover(seconds_ago_iso(self.config.idempotency_ttl_seconds))
+        resumed, in_use = self.store.recover(seconds_ago_iso(self.config.idempotency_ttl_seconds), now_iso())
         if resumed:
             logger.info("resuming %d job(s) that were running when the engine stopped", resumed)
         self.staging.sweep(in_use)

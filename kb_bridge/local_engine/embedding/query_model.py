@@ -9,24 +9,22 @@ products. Two choices make it cheaper and steadier; both were measured through t
   two torch threads on two busy cores every matrix product waits for the slower thread: vector search p95
   was 90 and 536 ms in two runs in float32; on one thread 29 and 37 ms, and 20 and 21 ms in bfloat16. One
   thread also leaves the other core to the BM25 query that a hybrid search runs at the same time.
-- **Number format.** CPUs with bfloat16 instructions (AVX512-BF16, AMX, recent ARM) run the model about 1.5
-  times faster in bfloat16; on others PyTorch emulates it, which can be slower. `auto` measures both on a few
-  query-sized texts, on the query thread, when the model loads (under a second), and keeps bfloat16 only when
-  it is at least `MIN_SPEEDUP` faster and every calibration vector has a cosine of at least `MIN_COSINE` with
-  the float32 one. On SciFact: cosine to float32 >= 0.9999, nDCG@10 within 0.001 (hybrid 0.7493 against
-  0.7497 through the API), query embedding 13.6 -> 9.0 ms p50 in process. (int8 dynamic quantisation, by contrast,
-  gave cosine 0.94: too lossy.) Documents are still embedded in float32, by their own copy of the model.
+- **Number format.** `auto` keeps bfloat16 where this CPU runs it faster with the same vectors (precision.py
+  measures both on a few query-sized texts, on the query thread, when the model loads: under a second),
+  with every calibration vector at a cosine of at least `MIN_COSINE` to the float32 one. On SciFact, on an
+  AMD EPYC with bfloat16 instructions: cosine to float32 >= 0.9999, nDCG@10 within 0.001 (hybrid 0.7493
+  against 0.7497 through the API), query embedding 13.6 -> 9.0 ms p50 in process. (int8 dynamic
+  quantisation, by contrast, gave cosine 0.94: too lossy.) Without those instructions float32 stays.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import statistics
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from .precision import in_precision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,8 +33,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIN_COSINE = 0.9999
-MIN_SPEEDUP = 1.15
-_ROUNDS = 3
 _CALIBRATION = (
     "time off after having a baby",
     "how do I rotate the API keys of the staging cluster?",
@@ -50,10 +46,10 @@ _CALIBRATION = (
 class QueryThread:
     """One thread that embeds queries with a sentence-transformers model, `threads` torch threads wide."""
 
-    def __init__(self, model: Any, precision: str, threads: int) -> None:
+    def __init__(self, model: Any, precision: str, threads: int, half: str = "bfloat16") -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-engine-query")
         _limit_torch_threads(self._executor, threads)
-        self._model, self.precision = self._executor.submit(_in_precision, model, precision).result()
+        self._model, self.precision = self._executor.submit(_in_precision, model, precision, half).result()
 
     def submit(self, text: str) -> Future[np.ndarray]:
         return self._executor.submit(encode_query, self._model, text)
@@ -70,9 +66,12 @@ def encode_query(model: Any, text: str) -> np.ndarray:
 
     with torch.inference_mode():
         features = model.tokenize([text])
+        if model.device.type != "cpu":
+            features = {key: value.to(model.device) if hasattr(value, "to") else value
+                        for key, value in features.items()}
         output = model(features)["sentence_embedding"].float()
         vector = torch.nn.functional.normalize(output, p=2, dim=1)[0]
-    return np.asarray(vector.numpy(), dtype=np.float32)
+    return np.asarray(vector.cpu().numpy(), dtype=np.float32)
 
 
 def _limit_torch_threads(executor: ThreadPoolExecutor, threads: int) -> None:
@@ -94,40 +93,11 @@ def _limit_torch_threads(executor: ThreadPoolExecutor, threads: int) -> None:
     torch.set_num_threads(default)
 
 
-def _in_precision(model: Any, precision: str) -> tuple[Any, str]:
+def _in_precision(model: Any, precision: str, half: str) -> tuple[Any, str]:
     """The query model in the precision to use, and its name; runs on the query thread. `model` is float32."""
-    if precision == "float32":
-        return model, "float32"
-    import torch
-
-    fast = copy.deepcopy(model).to(torch.bfloat16)
-    if precision == "bfloat16":
-        return fast, "bfloat16"
-    cosine, slow_ms, fast_ms = _compare(model, fast)
-    if cosine >= MIN_COSINE and slow_ms >= MIN_SPEEDUP * fast_ms:
-        logger.info("query model in bfloat16: %.1f ms per query instead of %.1f ms, cosine to float32 >= %.5f",
-                    fast_ms, slow_ms, cosine)
-        return fast, "bfloat16"
-    logger.info("query model in float32 (bfloat16: %.1f ms per query against %.1f ms, cosine >= %.5f)",
-                fast_ms, slow_ms, cosine)
-    return model, "float32"
-
-
-def _compare(slow: Any, fast: Any) -> tuple[float, float, float]:
-    """(lowest cosine between the two models' vectors, median ms of the slow one, median ms of the fast one).
-
-    The two are timed in turn on the same texts so that other load on the machine hits both alike.
-    """
     import numpy as np
 
-    cosines: list[float] = []
-    timings: dict[int, list[float]] = {0: [], 1: []}
-    for text in _CALIBRATION:  # the first calls allocate and warm up: not timed
-        cosines.append(float(np.dot(encode_query(slow, text), encode_query(fast, text))))
-    for _ in range(_ROUNDS):
-        for text in _CALIBRATION:
-            for which, model in enumerate((slow, fast)):
-                started = time.perf_counter()
-                encode_query(model, text)
-                timings[which].append((time.perf_counter() - started) * 1000)
-    return min(cosines), statistics.median(timings[0]), statistics.median(timings[1])
+    def sample(candidate: Any) -> np.ndarray:
+        return np.stack([encode_query(candidate, text) for text in _CALIBRATION])
+
+    return in_precision(model, precision, half, sample, MIN_COSINE, "query model")

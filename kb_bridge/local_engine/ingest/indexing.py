@@ -1,21 +1,20 @@
 """Turning text into what the store keeps: chunks and their vectors, and the writes that use them.
 
-The slow part (chunking, embedding) runs outside any transaction; the store then writes document, chunks,
-vectors and full-text rows in one transaction (store/base.py). A chunk whose title and text are already
+The slow part (chunking, embedding) runs outside any transaction; the store then writes document, chunks
+and vectors in one transaction (store/base.py). A chunk whose title and text are already
 stored with a vector reuses it: the model read the same input.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from ..clock import now_iso
 from ..embedding.embedder import EmbedderSlot
 from ..errors import IngestionError
-from ..store.base import JSON, Abandoned, PreparedChunks, Store, check_note, text_sha256
+from ..store.base import JSON, PreparedChunks, Store, check_note, text_sha256
 from .chunking import ChunkingPolicy, chunk_text, embedding_input
 from .notes import derive_title
 
@@ -36,31 +35,40 @@ class Indexer:
         self.chunking = chunking
         self.batch_size = batch_size
 
-    def prepare(self, title: str, text: str, doc_type: str, stop: threading.Event | None = None) -> PreparedChunks:
+    def chunk(self, text: str, doc_type: str) -> list[str]:
         texts = chunk_text(text, doc_type, self.chunking)
         if not texts:
             raise IngestionError("the document has no text to index")
+        return texts
+
+    def prepare(self, title: str, text: str, doc_type: str) -> PreparedChunks:
+        """Chunks and vectors of one text, embedded here (a note's update; the worker batches jobs itself)."""
+        texts = self.chunk(text, doc_type)
         embedder = self.embedders.current()
-        vectors = self.embed(embedder, [(title, chunk) for chunk in texts], stop) if embedder is not None else None
+        vectors = self.embed(embedder, [(title, chunk) for chunk in texts]) if embedder is not None else None
         return PreparedChunks(texts, vectors)
 
-    def embed(self, embedder: Embedder, chunks: Sequence[tuple[str, str]], stop: threading.Event | None) -> np.ndarray:
-        """Vectors for (title, text) chunks, in batches; Abandoned when `stop` is set between batches."""
+    def reuse(self, dim: int, chunks: Sequence[tuple[str, str]]) -> tuple[np.ndarray, list[int]]:
+        """A matrix with the stored vectors of (title, text) chunks already embedded, and the rows still to
+        embed."""
         import numpy as np
 
         keys = [(title, text_sha256(text)) for title, text in chunks]
         stored = self.store.stored_vectors(keys)
-        vectors = np.zeros((len(chunks), embedder.dim), dtype=np.float32)
+        vectors = np.zeros((len(chunks), dim), dtype=np.float32)
         missing: list[int] = []
         for row, key in enumerate(keys):
             blob = stored.get(key)
-            if blob is not None and len(blob) == embedder.dim * 4:
+            if blob is not None and len(blob) == dim * 4:
                 vectors[row] = np.frombuffer(blob, dtype="<f4")
             else:
                 missing.append(row)
+        return vectors, missing
+
+    def embed(self, embedder: Embedder, chunks: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Vectors for (title, text) chunks: stored ones reused, the others embedded in batches."""
+        vectors, missing = self.reuse(embedder.dim, chunks)
         for start in range(0, len(missing), self.batch_size):
-            if stop is not None and stop.is_set():
-                raise Abandoned()
             rows = missing[start : start + self.batch_size]
             vectors[rows] = embedder.embed_documents([embedding_input(*chunks[row]) for row in rows])
         return vectors
@@ -85,6 +93,6 @@ class Indexer:
         rows = self.store.chunks_without_vectors(limit)
         if not rows:
             return 0
-        vectors = self.embed(embedder, [(row[2], row[3]) for row in rows], None)
+        vectors = self.embed(embedder, [(row[2], row[3]) for row in rows])
         self.store.add_vectors([row[0] for row in rows], vectors)
         return len(rows)

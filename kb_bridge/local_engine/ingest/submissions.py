@@ -15,8 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import now_iso, seconds_ago_iso
-from ..store.base import JSON, Idempotency, Store, Submission
+from ..store.base import INTERACTIVE, JSON, PRIORITIES, Idempotency, Store, Submission
 from .staging import HashingFile, Staging
+
+# Work up to this size is interactive unless the client says `bulk`: an agent's note, one small file. It is
+# embedded before bulk work (ingest/worker.py), so that it is searchable in a second or two during a load.
+INTERACTIVE_BYTES = 256 * 1024
+
+
+def priority_of(asked: str | None, size: int) -> int:
+    """The stored priority of a job: as asked ("interactive" or "bulk"), else by size."""
+    if asked is not None:
+        return PRIORITIES.index(asked)
+    return INTERACTIVE if size <= INTERACTIVE_BYTES else 0
 
 
 def body_digest(fields: dict[str, Any]) -> str:
@@ -32,22 +43,26 @@ class Intake:
         self._on_queued = on_queued
         self._ttl = idempotency_ttl_seconds
 
-    def submit_note(self, fields: dict[str, Any], key: str | None) -> tuple[JSON, bool]:
+    def submit_note(self, fields: dict[str, Any], key: str | None, priority: str | None = None) -> tuple[JSON, bool]:
         """Queue a note. Returns (job, created); created is False when an idempotent replay found the job."""
-        job, created = self._store.submit(Submission("note", fields), self._idempotency(key, fields), now_iso())
+        size = len(str(fields.get("text") or "").encode("utf-8"))
+        submission = Submission("note", fields, priority=priority_of(priority, size))
+        job, created = self._store.submit(submission, self._idempotency(key, fields), now_iso())
         if created:
             self._on_queued()
         return job, created
 
     def submit_file(
-        self, part: HashingFile, filename: str, doc_type: str, fields: dict[str, Any], key: str | None
+        self, part: HashingFile, filename: str, doc_type: str, fields: dict[str, Any], key: str | None,
+        priority: str | None = None,
     ) -> tuple[JSON, bool]:
         """Keep the uploaded file and queue it. Returns (job, created) like submit_note."""
         sha256 = part.sha256()
         idempotency = self._idempotency(key, {**fields, "filename": filename, "file_sha256": sha256})
         staged = self._staging.keep(part, Path(filename).suffix.lower())
         payload = {**fields, "doc_type": doc_type, "size": staged.size, "sha256": sha256}
-        submission = Submission("file", payload, filename=filename, staged_path=staged.path.name)
+        submission = Submission("file", payload, filename=filename, staged_path=staged.path.name,
+                                priority=priority_of(priority, staged.size))
         try:
             job, created = self._store.submit(submission, idempotency, now_iso())
         except BaseException:

@@ -1,28 +1,129 @@
-"""The ingestion worker: one background thread that runs queued jobs in order.
+"""The ingestion worker: queued jobs in, stored and searchable documents out, at the speed of the model.
 
-One thread is enough: embedding already uses every core through torch, and one writer is all SQLite
-allows. Between jobs, once the model is ready, it embeds chunks that were stored without a vector. It is
-given what it needs (the store, the embedder slot, the indexer, the staging directory), not the engine.
+Three threads, each doing one kind of work, so that the model is never idle waiting for the other two:
+
+    prepare ──(chunks to embed)──► embed ──(finished jobs)──► store
+
+- **prepare** (`kb-engine-prepare`) claims jobs, interactive ones first, reads and parses their files,
+  chunks the text and reuses stored vectors of chunks already embedded. It stays at most `_ahead_limit`
+  chunks ahead of the model, except for interactive jobs, which it always takes. A file that cannot be
+  read fails its job alone.
+- **embed** (`kb-engine-ingest`) fills a window of `WINDOW_BATCHES` model calls with chunks from as many
+  jobs as it takes, sorts the window by length (each call pads to its longest text, so neighbours in
+  length waste little) and embeds it `batch_size` chunks per call. Interactive jobs' chunks go first; between
+  two calls of a bulk window it embeds any interactive job that arrived meanwhile, so a note waits for at
+  most one call, not for the queue.
+- **store** (`kb-engine-store`) writes all the finished jobs waiting for it in one transaction; the store
+  marks them done once search finds them (store/base.py). A group that fails to write is retried job by
+  job, so one bad job fails alone.
+
+Every job a thread holds is in `_in_flight` until it is stored or failed. Stopping takes the threads down
+between model calls and puts the jobs they held back in the queue; a crash leaves them `running`, and the
+next start requeues them (or marks done those already stored). Nothing already stored is lost either way.
+While the model loads, jobs wait, so that documents get their vectors when they are written; once it is
+ready and the queue is empty, chunks stored without a vector (by an engine without the model) are embedded.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import queue
 import threading
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..clock import now_iso
-from ..embedding.embedder import EmbedderSlot
+from ..embedding.embedder import Embedder, EmbedderSlot
 from ..errors import IngestionError
-from ..store.base import Abandoned, ClaimedJob, NewDocument, Store, text_sha256
-from . import parsers
+from ..store.base import ClaimedJob, FinishedJob, NewDocument, PreparedChunks, Store
+from .chunking import embedding_input
 from .indexing import Indexer
-from .notes import derive_title
+from .reading import read_job, staged_path
 from .staging import Staging
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
 IDLE_POLL_SECONDS = 5.0
+WINDOW_BATCHES = 8
+AHEAD_WINDOWS = 2
+# The most jobs and chunks one transaction stores.
+GROUP_JOBS = 512
+GROUP_CHUNKS = 20_000
+_TICK = 0.5
+
+
+@dataclass(eq=False)
+class _Work:
+    """A claimed job on its way through the threads."""
+
+    job: ClaimedJob
+    document: NewDocument | None = None
+    texts: list[str] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    missing: list[int] = field(default_factory=list)  # rows still to embed
+    taken: int = 0  # rows of `missing` handed to the embed thread
+    left: int = 0  # rows of `missing` not embedded yet
+    failed: bool = False
+
+    def finished(self) -> FinishedJob:
+        assert self.document is not None
+        return FinishedJob(self.job.id, self.document, PreparedChunks(self.texts, self.vectors))
+
+
+class _Ahead:
+    """Prepared jobs waiting for the model, interactive ones in a line of their own."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._lines: dict[bool, collections.deque[_Work]] = {True: collections.deque(), False: collections.deque()}
+        self.chunks = 0
+        self._closed = False
+
+    def put(self, work: _Work) -> None:
+        with self._condition:
+            self._lines[work.job.interactive].append(work)
+            self.chunks += len(work.missing) - work.taken
+            self._condition.notify_all()
+
+    def has_interactive(self) -> bool:
+        return bool(self._lines[True])
+
+    def take(self, limit: int, timeout: float, interactive_only: bool = False) -> list[tuple[_Work, int]]:
+        """Up to `limit` (job, row) pairs to embed, interactive jobs first, waiting up to `timeout` for some."""
+        with self._condition:
+            self._condition.wait_for(
+                lambda: self._closed or self._lines[True] or (self._lines[False] and not interactive_only), timeout
+            )
+            line = self._lines[True] if self._lines[True] or interactive_only else self._lines[False]
+            taken: list[tuple[_Work, int]] = []
+            while line and len(taken) < limit:
+                work = line[0]
+                rows = work.missing[work.taken : work.taken + limit - len(taken)]
+                work.taken += len(rows)
+                taken.extend((work, row) for row in rows)
+                if work.taken == len(work.missing):
+                    line.popleft()
+            self.chunks -= len(taken)
+            return taken
+
+    def close(self) -> None:
+        """Wake the embed thread for good: the worker is stopping."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+
+    def drain(self) -> list[_Work]:
+        with self._condition:
+            works = [*self._lines[True], *self._lines[False]]
+            for line in self._lines.values():
+                line.clear()
+            self.chunks = 0
+            return works
 
 
 class IngestionWorker:
@@ -33,99 +134,151 @@ class IngestionWorker:
         self._staging = staging
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ahead = _Ahead()
+        self._finished: queue.Queue[_Work | None] = queue.Queue()  # None: the last item, at stop
+        self._in_flight: dict[int, _Work] = {}
+        self._in_flight_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
         self._backfill_pending = True
 
+    @property
+    def _window(self) -> int:
+        return self._indexer.batch_size * WINDOW_BATCHES
+
+    @property
+    def _ahead_limit(self) -> int:
+        return self._window * AHEAD_WINDOWS
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kb-engine-ingest", daemon=True)
-        self._thread.start()
+        # The store thread last: stop() stops the others first, then lets it write what they finished.
+        for name, target in (("kb-engine-prepare", self._prepare_loop), ("kb-engine-ingest", self._embed_loop),
+                             ("kb-engine-store", self._store_loop)):
+            thread = threading.Thread(target=self._guard(target), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def notify(self) -> None:
         """A job was queued (or the model became ready): look now rather than at the next poll."""
         self._wake.set()
 
     def stop(self, timeout: float) -> bool:
-        """Ask the thread to stop after its current step; True if it did within `timeout`."""
+        """Stop after the current model call and write; put unfinished jobs back in the queue. True if the
+        threads stopped within `timeout`."""
         self._stop.set()
         self._wake.set()
-        if self._thread is None:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        self._ahead.close()
+        for thread in self._threads[:-1]:  # prepare and embed first: they feed the store thread
+            thread.join(timeout / len(self._threads))
+        self._finished.put(None)
+        if self._threads:
+            self._threads[-1].join(timeout / len(self._threads))
+        stopped = not any(thread.is_alive() for thread in self._threads)
+        if stopped:
+            self._requeue_in_flight()
+        return stopped
 
-    def _run(self) -> None:
+    def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    loop()
+                    return
+                except Exception:
+                    # A database error outside any one job (disk full, locked too long): wait and go on.
+                    logger.exception("ingestion step failed; retrying in %.0f s", IDLE_POLL_SECONDS)
+                    self._stop.wait(IDLE_POLL_SECONDS)
+
+        return run
+
+    # --- prepare -----------------------------------------------------------------------------------------------
+
+    def _prepare_loop(self) -> None:
         while not self._stop.is_set():
             # While the model loads, jobs wait, so that documents get their vectors when they are written.
-            if not self._embedders.wait(0.5):
+            if not self._embedders.wait(_TICK):
                 continue
             self._wake.clear()
-            try:
-                if self._run_one_job() or self._backfill_some():
-                    continue
-            except Exception:
-                # A database error outside a job (disk full, locked too long): wait and try again.
-                logger.exception("ingestion worker step failed; retrying in %.0f s", IDLE_POLL_SECONDS)
-            self._wake.wait(IDLE_POLL_SECONDS)
+            full = self._ahead.chunks >= self._ahead_limit
+            job = self._store.claim_job(now_iso(), interactive_only=full)
+            if job is None:
+                self._wake.wait(_TICK if full else IDLE_POLL_SECONDS)
+                continue
+            self._prepare(job)
 
-    def _run_one_job(self) -> bool:
-        job = self._store.claim_job(now_iso())
-        if job is None:
-            return False
-        logger.info("job %d (%s) started", job.id, job.type)
+    def _prepare(self, job: ClaimedJob) -> None:
+        work = _Work(job)
+        with self._in_flight_lock:
+            self._in_flight[job.id] = work
+        logger.info("job %d (%s, %s) started", job.id, job.type, "interactive" if job.interactive else "bulk")
         try:
-            new = self._read(job)
-            prepared = self._indexer.prepare(new.title, new.content, new.doc_type, self._stop)
-            doc_id = self._store.complete_job(job.id, new, prepared, now_iso())
-        except Abandoned:
-            logger.info("job %d abandoned for shutdown; it runs again at the next start", job.id)
-            self._store.requeue_job(job.id)
-            return True
+            work.document = read_job(job, self._staging.directory)
+            work.texts = self._indexer.chunk(work.document.content, work.document.doc_type)
+            embedder = self._embedders.current()
+            if embedder is not None:
+                chunks = [(work.document.title, text) for text in work.texts]
+                work.vectors, work.missing = self._indexer.reuse(embedder.dim, chunks)
         except IngestionError as exc:
-            self._fail(job, exc.message)
+            self._fail(work, exc.message)
+            return
         except Exception as exc:
             logger.exception("job %d failed unexpectedly", job.id)
-            self._fail(job, f"internal error while ingesting ({type(exc).__name__}); see the engine log")
+            self._fail(work, f"internal error while ingesting ({type(exc).__name__}); see the engine log")
+            return
+        work.left = len(work.missing)
+        if work.missing:
+            self._ahead.put(work)
         else:
-            logger.info("job %d done: document %d, %d chunks", job.id, doc_id, len(prepared.texts))
-            self._staging.remove(self._staged_path(job))
-        return True
+            self._finished.put(work)
 
-    def _read(self, job: ClaimedJob) -> NewDocument:
-        """The document a job describes, with its text extracted."""
-        payload = job.payload
-        tags = tuple(payload.get("tags") or ())
-        if job.type == "note":
-            text = str(payload.get("text") or "")
-            return NewDocument(
-                title=payload.get("title") or derive_title(text),
-                doc_type="note",
-                source_path=payload.get("source_path"),
-                size_bytes=len(text.encode("utf-8")),
-                sha256=text_sha256(text),
-                content=text,
-                tags=tags,
-            )
-        path = self._staged_path(job)
-        if path is None or not path.is_file():
-            raise IngestionError("the uploaded file is missing from the engine's staging directory")
-        doc_type = payload["doc_type"]
-        filename = job.filename or path.name
-        return NewDocument(
-            title=payload.get("title") or filename,
-            doc_type=doc_type,
-            source_path=payload.get("source_path") or f"uploads/{filename}",
-            size_bytes=int(payload["size"]),
-            sha256=str(payload["sha256"]),
-            content=parsers.extract_text(path, doc_type),
-            tags=tags,
-        )
+    # --- embed -------------------------------------------------------------------------------------------------
 
-    def _backfill_some(self) -> bool:
-        embedder = self._embedders.current()
-        if embedder is None or not self._backfill_pending:
+    def _embed_loop(self) -> None:
+        while not self._stop.is_set():
+            embedder = self._embedders.current()
+            if embedder is None:
+                self._stop.wait(_TICK)
+                continue
+            taken = self._ahead.take(self._window, _TICK)
+            self._wake.set()  # room ahead: the prepare thread may claim more
+            if taken:
+                self._embed(embedder, taken)
+            elif not self._backfill(embedder):
+                self._ahead.take(0, IDLE_POLL_SECONDS)  # sleep until work arrives
+
+    def _embed(self, embedder: Embedder, taken: list[tuple[_Work, int]]) -> None:
+        """Embed a window, shortest texts first, one model call per `batch_size` chunks."""
+        inputs = {(id(work), row): embedding_input(work.document.title, work.texts[row])  # type: ignore[union-attr]
+                  for work, row in taken}
+        taken.sort(key=lambda pair: len(inputs[id(pair[0]), pair[1]]))
+        interactive = all(work.job.interactive for work, _ in taken)
+        batch = self._indexer.batch_size
+        for start in range(0, len(taken), batch):
+            if self._stop.is_set():
+                return  # the jobs are requeued by stop()
+            if not interactive and self._ahead.has_interactive():
+                self._embed(embedder, self._ahead.take(self._window, 0, interactive_only=True))
+            part = [(work, row) for work, row in taken[start : start + batch] if not work.failed]
+            if not part:
+                continue
+            try:
+                vectors = embedder.embed_documents([inputs[id(work), row] for work, row in part])
+            except Exception as exc:
+                logger.exception("embedding a batch failed; failing the jobs it held")
+                for work in {work for work, _ in part}:
+                    self._fail(work, f"internal error while embedding ({type(exc).__name__}); see the engine log")
+                continue
+            for (work, row), vector in zip(part, vectors, strict=True):
+                assert work.vectors is not None
+                work.vectors[row] = vector
+                work.left -= 1
+                if work.left == 0:
+                    self._finished.put(work)
+
+    def _backfill(self, embedder: Embedder) -> bool:
+        if not self._backfill_pending:
             return False
         try:
-            done = self._indexer.backfill(embedder, self._indexer.batch_size * 8)
+            done = self._indexer.backfill(embedder, self._window * 2)
         except Exception:
             logger.exception("embedding stored chunks failed; giving up until the next start")
             done = 0
@@ -135,10 +288,69 @@ class IngestionWorker:
             self._backfill_pending = False
         return bool(done)
 
-    def _staged_path(self, job: ClaimedJob) -> Path | None:
-        return self._staging.directory / job.staged_path if job.staged_path else None
+    # --- store ---------------------------------------------------------------------------------------------------
 
-    def _fail(self, job: ClaimedJob, message: str) -> None:
-        logger.warning("job %d failed: %s", job.id, message)
-        self._store.fail_job(job.id, message, now_iso())
-        self._staging.remove(self._staged_path(job))
+    def _store_loop(self) -> None:
+        while True:
+            first = self._finished.get()
+            if first is None:
+                return
+            group, chunks, last = [first], len(first.texts), False
+            while len(group) < GROUP_JOBS and chunks < GROUP_CHUNKS:
+                try:
+                    work = self._finished.get_nowait()
+                except queue.Empty:
+                    break
+                if work is None:
+                    last = True
+                    break
+                group.append(work)
+                chunks += len(work.texts)
+            self._write([work for work in group if not work.failed])
+            if last:
+                return
+
+    def _write(self, group: list[_Work]) -> None:
+        if not group:
+            return
+        try:
+            stored = self._store.complete_jobs([work.finished() for work in group], now_iso())
+        except Exception:
+            if len(group) == 1:
+                logger.exception("job %d could not be stored", group[0].job.id)
+                self._fail(group[0], "internal error while storing the document; see the engine log")
+                return
+            logger.exception("storing %d jobs together failed; storing them one by one", len(group))
+            for work in group:
+                self._write([work])
+            return
+        for work in group:
+            self._release(work)
+            if work.job.id in stored:
+                logger.info("job %d done: document %d, %d chunks", work.job.id, stored[work.job.id], len(work.texts))
+                self._staging.remove(staged_path(work.job, self._staging.directory))
+
+    # --- bookkeeping ---------------------------------------------------------------------------------------------
+
+    def _release(self, work: _Work) -> None:
+        with self._in_flight_lock:
+            self._in_flight.pop(work.job.id, None)
+
+    def _fail(self, work: _Work, message: str) -> None:
+        logger.warning("job %d failed: %s", work.job.id, message)
+        work.failed = True
+        self._release(work)
+        self._store.fail_job(work.job.id, message, now_iso())
+        self._staging.remove(staged_path(work.job, self._staging.directory))
+
+    def _requeue_in_flight(self) -> None:
+        self._ahead.drain()
+        with self._in_flight_lock:
+            works, self._in_flight = list(self._in_flight.values()), {}
+        for work in works:
+            try:
+                self._store.requeue_job(work.job.id)
+            except Exception:
+                logger.exception("could not requeue job %d; it is requeued at the next start", work.job.id)
+        if works:
+            logger.info("%d unfinished job(s) put back in the queue; they run again at the next start", len(works))

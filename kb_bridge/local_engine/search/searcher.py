@@ -71,8 +71,7 @@ class Searcher:
         lexical: Ranking = []
         ceiling = 0.0
         if mode != "vector":  # runs while the query is being embedded
-            lexical = self._store.search_text(request.query, request.where, depth, config.bm25_title_weight,
-                                              config.bm25_text_weight)
+            lexical = self._store.search_text(request.query, request.where, depth)
             if mode == "hybrid" and config.fusion == "convex":
                 ceiling = self._store.text_score_ceiling(request.query)
         if query_vector is None:

@@ -9,4 +9,5 @@ from .sqlite import SqliteStore
 
 def open_store(config: EngineConfig) -> Store:
     """The store of this configuration (not yet opened: call `open()`)."""
-    return SqliteStore(config.database_path)
+    return SqliteStore(config.database_path, title_repeats=config.bm25_title_weight,
+                       exact_below=config.exact_search_below)

@@ -2,8 +2,9 @@
 
 Routes, the ingestion worker and search never run SQL: they call a Store. One backend module holds all of
 its SQL (`store/sqlite/` today); the engine picks one with `store.open_store(config)`. Every method is its
-own transaction; methods that change a document change its chunks, vectors, full-text rows and tags in
-that same transaction, so a reader never sees half of a change and a crash leaves none of it.
+own transaction; methods that change a document change its chunks, vectors and tags in that same
+transaction, so a reader never sees half of a change and a crash leaves none of it. A method that changes
+what search finds returns once search finds it.
 
 Objects cross this interface as the API's JSON dicts (documents, chunks, jobs), so the HTTP layer only
 serialises them, plus the few typed values below.
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 Ranking = list[tuple[int, float]]  # (chunk_id, score), best first
 JSON = dict[str, object]
 JOB_STATUSES = ("queued", "running", "done", "failed")
+# A job's priority as the API names it; stored as its index (interactive jobs are claimed first).
+PRIORITIES = ("bulk", "interactive")
+INTERACTIVE = 1
 
 
 def text_sha256(text: str) -> str:
@@ -74,6 +78,20 @@ class ClaimedJob:
     filename: str | None
     payload: Mapping[str, Any]
     staged_path: str | None  # the uploaded file's name in the staging directory (file jobs)
+    priority: int = 0
+
+    @property
+    def interactive(self) -> bool:
+        return self.priority >= INTERACTIVE
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishedJob:
+    """A job's document, chunked and embedded, ready to store."""
+
+    job_id: int
+    document: NewDocument
+    chunks: PreparedChunks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +102,7 @@ class Submission:
     payload: Mapping[str, Any]
     filename: str | None = None
     staged_path: str | None = None
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +128,6 @@ def check_version(version: object, doc_id: int, if_match: Collection[str] | None
         raise PreconditionFailed(f"document {doc_id} is at version {version}; If-Match asked for {wanted}")
 
 
-class Abandoned(Exception):
-    """The job is not this worker's to finish any more (the engine is stopping, or it was requeued)."""
-
-
 class Store(Protocol):
     """What the engine needs from its storage."""
 
@@ -124,8 +139,9 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    def recover(self, idempotency_not_before: str) -> tuple[int, set[str]]:
-        """At start: put jobs left running back in the queue and forget old idempotency keys.
+    def recover(self, idempotency_not_before: str, now: str) -> tuple[int, set[str]]:
+        """At start: mark done the jobs left running that had stored their document, put the other running
+        ones back in the queue, forget old idempotency keys.
         Returns (jobs requeued, staged file names that queued jobs still need)."""
 
     # --- jobs -----------------------------------------------------------------------------------------------
@@ -139,12 +155,13 @@ class Store(Protocol):
 
     def queue_counts(self) -> dict[str, int]: ...
 
-    def claim_job(self, now: str) -> ClaimedJob | None:
-        """Mark the oldest queued job running and return it, or None when the queue is empty."""
+    def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
+        """Mark the next queued job running and return it (interactive ones first, then the oldest), or None
+        when there is none (of those asked for)."""
 
-    def complete_job(self, job_id: int, new: NewDocument, chunks: PreparedChunks, now: str) -> int:
-        """Store the job's document and mark the job done, atomically; Abandoned if it is not running.
-        Returns the document id."""
+    def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
+        """Store the jobs' documents in one transaction, and mark the jobs done once search finds them.
+        Jobs no longer running are skipped. Returns {job id: document id} of those stored."""
 
     def fail_job(self, job_id: int, error: str, now: str) -> None: ...
 
@@ -196,9 +213,11 @@ class Store(Protocol):
 
     def vector_count(self) -> int: ...
 
+    def index_status(self) -> JSON:
+        """What /api/v1/status reports about the search indexes."""
+
     # --- search -----------------------------------------------------------------------------------------------
-    def search_text(self, query: str, where: DocumentFilter, limit: int, title_weight: float,
-                    text_weight: float) -> Ranking:
+    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
         """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit."""
 
     def text_score_ceiling(self, query: str) -> float:

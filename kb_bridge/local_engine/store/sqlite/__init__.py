@@ -1,18 +1,18 @@
-"""The SQLite store: one database file under the data directory (WAL), with FTS5 for full text and the
-vectors kept in SQLite and served from an in-memory index.
+"""The SQLite store: one database file under the data directory (WAL) as the record, and two indexes
+derived from it beside it: full text (tantivy) and vectors (usearch).
 
 All of the store's SQL lives in this package: the schema and its migrations (schema.py), documents, chunks,
-tags and vectors (documents.py), the job queue and idempotency keys (jobs.py), BM25 (fts.py); db.py hands
-each thread its own connection. One process per data directory (the engine's lock, datadir.py) is the
-only writer, so the in-memory vector index (store/vectors.py) is a cache that changes together with the
-database: every write that touches vectors holds `_write_lock` across the commit and the index update.
+tags and vectors (documents.py), the job queue and idempotency keys (jobs.py), the change log the indexes
+follow (index_log.py); derived.py keeps the indexes in step; db.py hands each thread its own connection.
+One process per data directory (the engine's lock, datadir.py) writes, and every write that the indexes
+follow holds `_write_lock` across its transaction and the indexes' catch-up, so the indexes change in
+commit order and a write returns only once it is searchable.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
@@ -20,51 +20,61 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import (
     JSON,
-    Abandoned,
     ClaimedJob,
     DocumentFilter,
+    FinishedJob,
     Idempotency,
-    NewDocument,
     PreparedChunks,
     Ranking,
     Submission,
     check_note,
     check_version,
 )
-from . import documents, fts, jobs, schema
+from . import documents, jobs, schema
 from .db import Database
+from .derived import DerivedIndexes
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..vectors import VectorIndex
-
 logger = logging.getLogger(__name__)
+
+# Filters the text index cannot apply itself; the store resolves them to document ids first.
+_SQL_ONLY = ("source_path", "updated_since")
+
 
 class SqliteStore:
     kind = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, title_repeats: int = 2, exact_below: int = 20_000) -> None:
         self.path = path
         self.db = Database(path)
+        self.indexes = DerivedIndexes(self.db, path.parent / "indexes", title_repeats, exact_below)
         self._write_lock = threading.RLock()
-        self._vectors: VectorIndex | None = None
 
     # --- life -------------------------------------------------------------------------------------------------
 
     def open(self) -> int:
         version = schema.migrate(self.db.connection())
         logger.info("database %s at schema version %d", self.path, version)
+        with self._write_lock:
+            self.indexes.open()
         return version
 
     def close(self) -> None:
+        with self._write_lock:
+            self.indexes.close()
         self.db.close()
 
-    def recover(self, idempotency_not_before: str) -> tuple[int, set[str]]:
+    def recover(self, idempotency_not_before: str, now: str) -> tuple[int, set[str]]:
         with self.db.write() as conn:
+            finished = jobs.finish_stored(conn, now)
             resumed = jobs.requeue_running(conn)
             jobs.forget_idempotency_keys_before(conn, idempotency_not_before)
-            return resumed, jobs.staged_paths_in_use(conn)
+            in_use = jobs.staged_paths_in_use(conn)
+        if finished:
+            logger.info("%d job(s) had stored their document when the engine stopped: marked done", finished)
+        return resumed, in_use
 
     # --- jobs -------------------------------------------------------------------------------------------------
 
@@ -75,7 +85,8 @@ class SqliteStore:
                 if earlier is not None:
                     return earlier, False
             job = jobs.create_job(conn, submission.type, now, payload=dict(submission.payload),
-                                  filename=submission.filename, staged_path=submission.staged_path)
+                                  filename=submission.filename, staged_path=submission.staged_path,
+                                  priority=submission.priority)
             if idempotency is not None:
                 jobs.remember_idempotency_key(conn, idempotency.key, idempotency.body_sha256, int(str(job["id"])),
                                               str(job["created_at"]))
@@ -93,26 +104,34 @@ class SqliteStore:
         with self.db.snapshot() as conn:
             return jobs.queue_counts(conn)
 
-    def claim_job(self, now: str) -> ClaimedJob | None:
+    def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
         with self.db.write() as conn:
-            row = jobs.claim_next(conn, now)
+            row = jobs.claim_next(conn, now, interactive_only)
         if row is None:
             return None
         payload: dict[str, Any] = json.loads(row["payload"] or "{}")
         return ClaimedJob(id=row["id"], type=row["type"], filename=row["filename"], payload=payload,
-                          staged_path=row["staged_path"])
+                          staged_path=row["staged_path"], priority=row["priority"])
 
-    def complete_job(self, job_id: int, new: NewDocument, chunks: PreparedChunks, now: str) -> int:
+    def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
+        stored: dict[int, int] = {}
         with self._write_lock:
             with self.db.write() as conn:
-                if jobs.job_status(conn, job_id) != "running":
-                    raise Abandoned()  # not ours any more (cannot happen with one engine per data dir)
-                doc_id = documents.insert_document(conn, new, now)
-                chunk_ids = documents.insert_chunks(conn, doc_id, new.title, chunks.texts)
-                self._store_vectors(conn, chunk_ids, chunks.vectors)
-                jobs.finish_job(conn, job_id, doc_id, now)
-            self._index_vectors(chunk_ids, doc_id, chunks.vectors)
-        return doc_id
+                for item in finished:
+                    if jobs.job_status(conn, item.job_id) != "running":
+                        continue  # not ours any more (cannot happen with one engine per data directory)
+                    doc_id = documents.insert_document(conn, item.document, now)
+                    chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
+                    _store_vectors(conn, chunk_ids, item.chunks.vectors)
+                    jobs.attach_document(conn, item.job_id, doc_id)
+                    stored[item.job_id] = doc_id
+            # Done only once searchable; a crash before the next step leaves them running with their
+            # document, and recover() marks them done.
+            self.indexes.catch_up()
+            with self.db.write() as conn:
+                for job_id, doc_id in stored.items():
+                    jobs.finish_job(conn, job_id, doc_id, now)
+        return stored
 
     def fail_job(self, job_id: int, error: str, now: str) -> None:
         with self.db.write() as conn:
@@ -135,9 +154,8 @@ class SqliteStore:
     def delete_document(self, doc_id: int) -> None:
         with self._write_lock:
             with self.db.write() as conn:
-                chunk_ids = documents.delete_document(conn, doc_id)
-            if self._vectors is not None:
-                self._vectors.remove(chunk_ids)
+                documents.delete_document(conn, doc_id)
+            self.indexes.catch_up()
 
     def replace_note(
         self, doc_id: int, title: str, text: str, chunks: PreparedChunks, if_match: Collection[str] | None, now: str
@@ -146,30 +164,37 @@ class SqliteStore:
             with self.db.write() as conn:
                 row = documents.require_document(conn, doc_id)
                 check_note(row["doc_type"], row["version"], doc_id, if_match)
-                old_chunk_ids = documents.delete_chunks(conn, doc_id)
+                documents.delete_chunks(conn, doc_id)
                 documents.update_note(conn, doc_id, title, text, now)
                 chunk_ids = documents.insert_chunks(conn, doc_id, title, chunks.texts)
-                self._store_vectors(conn, chunk_ids, chunks.vectors)
+                _store_vectors(conn, chunk_ids, chunks.vectors)
                 jobs.record_finished_update(conn, doc_id, now)
-            if self._vectors is not None:
-                self._vectors.remove(old_chunk_ids)
-            self._index_vectors(chunk_ids, doc_id, chunks.vectors)
+            self.indexes.catch_up()
         return self.get_document(doc_id)
 
     def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:
-        with self.db.write() as conn:
-            return documents.add_tags(conn, doc_id, tags, now)
+        with self._write_lock:
+            with self.db.write() as conn:
+                state = documents.add_tags(conn, doc_id, tags, now)
+            self.indexes.catch_up()
+        return state
 
     def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
-        with self.db.write() as conn:
-            return documents.remove_tag(conn, doc_id, tag, now)
+        with self._write_lock:
+            with self.db.write() as conn:
+                state = documents.remove_tag(conn, doc_id, tag, now)
+            self.indexes.catch_up()
+        return state
 
     def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                    now: str) -> JSON:
-        with self.db.write() as conn:
-            row = documents.require_document(conn, doc_id)
-            check_version(row["version"], doc_id, if_match)
-            return documents.change_tags(conn, doc_id, add, remove, now)
+        with self._write_lock:
+            with self.db.write() as conn:
+                row = documents.require_document(conn, doc_id)
+                check_version(row["version"], doc_id, if_match)
+                state = documents.change_tags(conn, doc_id, add, remove, now)
+            self.indexes.catch_up()
+        return state
 
     def list_tags(self, prefix: str | None) -> list[JSON]:
         with self.db.snapshot() as conn:
@@ -198,16 +223,11 @@ class SqliteStore:
             with self.db.write() as conn:
                 alive = documents.existing_chunk_ids(conn, chunk_ids)
                 keep = [i for i, chunk_id in enumerate(chunk_ids) if chunk_id in alive]
-                kept_ids = [chunk_ids[i] for i in keep]
-                self._store_vectors(conn, kept_ids, vectors[keep])
-                owners = documents.documents_of_chunks(conn, kept_ids)
-            if self._vectors is not None and keep:
-                self._vectors.add(kept_ids, [owners[chunk_id] for chunk_id in kept_ids], vectors[keep])
+                _store_vectors(conn, [chunk_ids[i] for i in keep], vectors[keep])
+            self.indexes.catch_up()
         return len(keep)
 
     def use_embeddings(self, identity: str, dim: int) -> int:
-        from ..vectors import VectorIndex
-
         with self._write_lock:
             with self.db.write() as conn:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
@@ -215,51 +235,58 @@ class SqliteStore:
                     logger.warning("stored vectors were made by %s; re-embedding with %s", row[0], identity)
                     conn.execute("DELETE FROM embeddings")
                 conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?)", (identity,))
-            index = VectorIndex(dim)
-            with self.db.snapshot() as conn:
-                for chunk_ids, doc_ids, vectors in documents.stored_vector_batches(conn, dim):
-                    index.add(chunk_ids, doc_ids, vectors)
-            self._vectors = index
-        return len(index)
+            return self.indexes.use_vectors(identity, dim)
 
     def vector_count(self) -> int:
-        return len(self._vectors) if self._vectors is not None else 0
+        vectors = self.indexes.vectors
+        return len(vectors) if vectors is not None else 0
 
-    def _store_vectors(self, conn: sqlite3.Connection, chunk_ids: Sequence[int], vectors: np.ndarray | None) -> None:
-        if vectors is None or not len(chunk_ids):
-            return
-        from ..vectors import to_blob
-
-        documents.store_vectors(conn, ((cid, to_blob(vec)) for cid, vec in zip(chunk_ids, vectors, strict=True)))
-
-    def _index_vectors(self, chunk_ids: Sequence[int], doc_id: int, vectors: np.ndarray | None) -> None:
-        if self._vectors is not None and vectors is not None:
-            self._vectors.add(chunk_ids, [doc_id] * len(chunk_ids), vectors)
+    def index_status(self) -> JSON:
+        return self.indexes.status()
 
     # --- search -----------------------------------------------------------------------------------------------------
 
-    def search_text(self, query: str, where: DocumentFilter, limit: int, title_weight: float,
-                    text_weight: float) -> Ranking:
-        with self.db.snapshot() as conn:
-            return fts.search(conn, query, where, limit, title_weight, text_weight)
+    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
+        text = self.indexes.text
+        if text is None:
+            return []
+        allowed = None
+        if any(getattr(where, name) is not None for name in _SQL_ONLY):
+            with self.db.snapshot() as conn:
+                allowed = documents.matching_document_ids(conn, where)
+        return text.search(query, where, limit, allowed)
 
     def text_score_ceiling(self, query: str) -> float:
-        with self.db.snapshot() as conn:
-            return fts.score_ceiling(conn, query)
+        text = self.indexes.text
+        return text.score_ceiling(query) if text is not None else 0.0
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:
-        if self._vectors is None:
+        index = self.indexes.vectors
+        if index is None:
             return []
         allowed = None
-        if where is not None and not where.is_empty():
+        excluded: set[int] = set() if exclude_chunk is None else {exclude_chunk}
+        if (where is not None and not where.is_empty()) or exclude_document is not None:
             with self.db.snapshot() as conn:
-                allowed = documents.matching_document_ids(conn, where)
-        return self._vectors.search(vector, k, allowed, exclude_chunk=exclude_chunk, exclude_document=exclude_document)
+                if where is not None and not where.is_empty():
+                    allowed = documents.matching_chunk_ids(conn, where)
+                if exclude_document is not None:
+                    excluded.update(documents.chunk_ids_of(conn, exclude_document))
+        return index.search(vector, k, allowed, excluded)
 
     def similarities(self, vector: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
-        return self._vectors.similarities(vector, chunk_ids) if self._vectors is not None else {}
+        index = self.indexes.vectors
+        return index.similarities(vector, chunk_ids) if index is not None else {}
 
     def vector_of(self, chunk_id: int) -> np.ndarray | None:
-        return self._vectors.vector_of(chunk_id) if self._vectors is not None else None
+        index = self.indexes.vectors
+        return index.vector_of(chunk_id) if index is not None else None
 
+
+def _store_vectors(conn: Any, chunk_ids: Sequence[int], vectors: np.ndarray | None) -> None:
+    if vectors is None or not len(chunk_ids):
+        return
+    from ..vector_index import to_blob
+
+    documents.store_vectors(conn, ((cid, to_blob(vec)) for cid, vec in zip(chunk_ids, vectors, strict=True)))

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
 
 from ...errors import NotFound
 from ..base import DocumentFilter, NewDocument, text_sha256
-
-if TYPE_CHECKING:
-    import numpy as np
 
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
     d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
@@ -110,6 +106,12 @@ def matching_document_ids(conn: sqlite3.Connection, where: DocumentFilter) -> li
     return [row[0] for row in conn.execute(f"SELECT d.id FROM documents d WHERE {clause}", params)]
 
 
+def matching_chunk_ids(conn: sqlite3.Connection, where: DocumentFilter) -> list[int]:
+    clause, params = where_sql(where)
+    return [row[0] for row in conn.execute(
+        f"SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {clause}", params)]
+
+
 def insert_document(conn: sqlite3.Connection, new: NewDocument, now: str) -> int:
     cursor = conn.execute(
         "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at) "
@@ -125,7 +127,7 @@ def insert_document(conn: sqlite3.Connection, new: NewDocument, now: str) -> int
 
 
 def insert_chunks(conn: sqlite3.Connection, doc_id: int, title: str, texts: Sequence[str]) -> list[int]:
-    """Insert chunks in order; the FTS triggers index them. Returns their ids."""
+    """Insert chunks in order (the index_log triggers record them). Returns their ids."""
     ids = []
     for index, text in enumerate(texts):
         cursor = conn.execute(
@@ -174,29 +176,6 @@ def chunks_without_vectors(conn: sqlite3.Connection, limit: int) -> list[tuple[i
         "WHERE e.chunk_id IS NULL ORDER BY c.id LIMIT ?",
         (limit,),
     ).fetchall()
-
-
-def documents_of_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, int]:
-    """The document id of each of these chunks that exists."""
-    found: dict[int, int] = {}
-    for start in range(0, len(chunk_ids), 500):
-        part = list(chunk_ids[start : start + 500])
-        found.update(conn.execute(f"SELECT id, document_id FROM chunks WHERE id IN ({_marks(part)})", part).fetchall())
-    return found
-
-
-def stored_vector_batches(conn: sqlite3.Connection, dim: int, batch: int = 20_000) -> Iterator[tuple[list[int], list[int], np.ndarray]]:
-    """Every stored vector of this dimension, as (chunk ids, document ids, matrix) batches."""
-    import numpy as np
-
-    cursor = conn.execute(
-        "SELECT e.chunk_id, c.document_id, e.vector FROM embeddings e JOIN chunks c ON c.id = e.chunk_id"
-    )
-    while rows := cursor.fetchmany(batch):
-        rows = [row for row in rows if len(row[2]) == dim * 4]
-        if rows:
-            vectors = np.frombuffer(b"".join(row[2] for row in rows), dtype="<f4").reshape(len(rows), dim)
-            yield [row[0] for row in rows], [row[1] for row in rows], vectors
 
 
 def existing_chunk_ids(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> set[int]:

@@ -9,13 +9,15 @@ import sqlite3
 from typing import Any
 
 from ...errors import Conflict, NotFound
-from ..base import JOB_STATUSES
+from ..base import JOB_STATUSES, PRIORITIES
 
-_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at"
+_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority"
 
 
 def _job(row: sqlite3.Row) -> dict[str, object]:
-    return {column: row[column] for column in _JOB_COLUMNS.split(", ")}
+    job: dict[str, object] = {column: row[column] for column in _JOB_COLUMNS.split(", ")}
+    job["priority"] = PRIORITIES[1 if row["priority"] else 0]
+    return job
 
 
 def create_job(
@@ -25,10 +27,12 @@ def create_job(
     payload: dict[str, Any] | None = None,
     filename: str | None = None,
     staged_path: str | None = None,
+    priority: int = 0,
 ) -> dict[str, object]:
     cursor = conn.execute(
-        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path) VALUES (?, 'queued', ?, ?, ?, ?)",
-        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path),
+        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path, priority) "
+        "VALUES (?, 'queued', ?, ?, ?, ?, ?)",
+        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path, priority),
     )
     return get_job(conn, int(cursor.lastrowid or 0))
 
@@ -66,14 +70,30 @@ def queue_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return counts
 
 
-def claim_next(conn: sqlite3.Connection, now: str) -> sqlite3.Row | None:
-    """Mark the oldest queued job running and return it (call inside a write transaction)."""
+def claim_next(conn: sqlite3.Connection, now: str, interactive_only: bool = False) -> sqlite3.Row | None:
+    """Mark the next queued job running and return it (call inside a write transaction): interactive jobs
+    first, then the oldest."""
     row = conn.execute(
-        "SELECT id, type, filename, payload, staged_path FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1"
+        "SELECT id, type, filename, payload, staged_path, priority FROM jobs WHERE status = 'queued' "
+        f"{'AND priority > 0 ' if interactive_only else ''}ORDER BY priority DESC, id LIMIT 1"
     ).fetchone()
     if row is not None:
         conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ?", (now, row["id"]))
     return row
+
+
+def attach_document(conn: sqlite3.Connection, job_id: int, document_id: int) -> None:
+    """Record the job's stored document while the job is still running (it is done once searchable)."""
+    conn.execute("UPDATE jobs SET document_id = ? WHERE id = ?", (document_id, job_id))
+
+
+def finish_stored(conn: sqlite3.Connection, now: str) -> int:
+    """Mark done the running jobs of a stopped engine that had already stored their document."""
+    return conn.execute(
+        "UPDATE jobs SET status = 'done', finished_at = ?, payload = NULL, staged_path = NULL "
+        "WHERE status = 'running' AND document_id IS NOT NULL",
+        (now,),
+    ).rowcount
 
 
 def finish_job(conn: sqlite3.Connection, job_id: int, document_id: int, now: str) -> None:

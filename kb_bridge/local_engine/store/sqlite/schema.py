@@ -118,6 +118,34 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX documents_updated_at ON documents(updated_at, id)",
         ),
     ),
+    Migration(
+        3,
+        "full text and vectors in derived indexes kept in step by a change log; job priority (kb engine 3.4)",
+        (
+            # The full-text index moves out of SQLite (store/text_index.py): FTS5 ranked every match.
+            "DROP TRIGGER chunks_fts_insert",
+            "DROP TRIGGER chunks_fts_delete",
+            "DROP TRIGGER chunks_fts_update",
+            "DROP TABLE chunks_fts",
+            # 1: interactive (notes, small files: embedded first), 0: bulk.
+            "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX jobs_queue ON jobs(status, priority DESC, id)",
+            # Every change the derived indexes must follow, in commit order (store/sqlite/derived.py).
+            # `kind` says what `id` is: a chunk whose row changed, a document whose tags changed, a chunk
+            # whose vector changed. The triggers fire for cascaded deletes too.
+            "CREATE TABLE index_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, id INTEGER NOT NULL)",
+            *(
+                f"CREATE TRIGGER index_log_{table}_{event.lower()} AFTER {event} ON {table} BEGIN "
+                f"INSERT INTO index_log (kind, id) VALUES ('{kind}', {row}.{column}); END"
+                for table, kind, column in (("chunks", "chunk", "id"), ("document_tags", "document", "document_id"),
+                                            ("embeddings", "vector", "chunk_id"))
+                for event, row in (("INSERT", "new"), ("DELETE", "old"), ("UPDATE", "new"))
+            ),
+            # Which database the indexes on disk were built from: a restored or replaced database file
+            # does not match them, and they are rebuilt.
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('index_epoch', lower(hex(randomblob(16))))",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

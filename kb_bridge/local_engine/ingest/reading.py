@@ -1,0 +1,45 @@
+"""What a queued job describes: the document it becomes, with the text of an uploaded file extracted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import IngestionError
+from ..store.base import ClaimedJob, NewDocument, text_sha256
+from . import parsers
+from .notes import derive_title
+
+
+def staged_path(job: ClaimedJob, directory: Path) -> Path | None:
+    """Where the job's uploaded file waits in the staging directory (file jobs)."""
+    return directory / job.staged_path if job.staged_path else None
+
+
+def read_job(job: ClaimedJob, staging_dir: Path) -> NewDocument:
+    """The document a job describes; IngestionError (the job fails alone) if its file cannot be read."""
+    payload = job.payload
+    tags = tuple(payload.get("tags") or ())
+    if job.type == "note":
+        text = str(payload.get("text") or "")
+        return NewDocument(
+            title=payload.get("title") or derive_title(text),
+            doc_type="note",
+            source_path=payload.get("source_path"),
+            size_bytes=len(text.encode("utf-8")),
+            sha256=text_sha256(text),
+            content=text,
+            tags=tags,
+        )
+    path = staged_path(job, staging_dir)
+    if path is None or not path.is_file():
+        raise IngestionError("the uploaded file is missing from the engine's staging directory")
+    filename = job.filename or path.name
+    return NewDocument(
+        title=payload.get("title") or filename,
+        doc_type=payload["doc_type"],
+        source_path=payload.get("source_path") or f"uploads/{filename}",
+        size_bytes=int(payload["size"]),
+        sha256=str(payload["sha256"]),
+        content=parsers.extract_text(path, payload["doc_type"]),
+        tags=tags,
+    )

@@ -1,0 +1,198 @@
+"""The full-text index of chunks: BM25 with top-k pruning, by tantivy.
+
+SQLite's FTS5 scores every row that matches a query before it keeps the best: a common word at a million
+chunks meant ranking hundreds of thousands of rows per query (68 ms p95 already at 100k). tantivy (Rust, the
+library behind Quickwit) keeps posting lists in blocks with their best possible score and skips blocks that
+cannot reach the current top k (block-max WAND); docs/benchmarks.md has its figures at a million chunks.
+
+Each chunk is one tantivy document: `chunk` and `doc` ids, `body` (the document's title `title_repeats`
+times, then the chunk: with 2, a title word weighs about twice a body word, as FTS5's column weight 2 did;
+SciFact BM25 nDCG@10 0.701 against FTS5's 0.704), and the document's tags and doc_type as untokenised
+terms for filters. Words are split on non-alphanumerics, lowercased and Porter-stemmed (English), like FTS5's
+`porter unicode61` tokenizer before.
+
+The index is a copy derived from the store's tables, kept in step by the store (store/sqlite/derived.py):
+`commit(position)` records how far into the store's change log it reaches, in a manifest beside the index,
+with the identity of the database it follows; `position` is None when it must be rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import tantivy
+
+from .base import DocumentFilter, Ranking
+from .query_terms import query_words
+
+ANALYZER = "kb_english"
+MANIFEST = "kb-manifest.json"
+# How the chunks are indexed: an index of another layout is rebuilt from the store.
+LAYOUT = 1
+# BM25 as tantivy computes it (k1 = 1.2, b = 0.75): a term's score tends to idf * (k1 + 1) as it repeats.
+BM25_K1 = 1.2
+_WRITER_HEAP = 64 * 1024 * 1024
+_MAX_WORD = 40  # longer "words" are noise (hashes, base64) and are left out, as they would only bloat it
+
+# (chunk id, document id, title, text, doc_type, tags): one chunk as the index holds it.
+ChunkRow = tuple[int, int, str, str, str, Sequence[str]]
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(_MAX_WORD))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("chunk", indexed=True, fast=True)
+    builder.add_integer_field("doc", indexed=True, fast=True)
+    builder.add_text_field("body", tokenizer_name=ANALYZER)
+    builder.add_text_field("tag", tokenizer_name="raw")
+    builder.add_text_field("doc_type", tokenizer_name="raw")
+    return builder.build()
+
+
+class TextIndex:
+    """One tantivy index in a directory of its own, written by one thread at a time (the store's writer)."""
+
+    def __init__(self, directory: Path, database: str, title_repeats: int = 2) -> None:
+        self.directory = directory
+        self.title_repeats = title_repeats
+        self._identity = {"layout": LAYOUT, "database": database, "title_repeats": title_repeats}
+        self._schema = _schema()
+        self._analyzer = _analyzer()
+        manifest = _read_manifest(directory)
+        if any(manifest.get(key) != value for key, value in self._identity.items()):
+            # Missing, half-written, of another layout or of another database: start empty; the store
+            # fills it from its tables.
+            shutil.rmtree(directory, ignore_errors=True)
+            manifest = {}
+        directory.mkdir(parents=True, exist_ok=True)
+        self._index = tantivy.Index(self._schema, path=str(directory), reuse=True)
+        self._index.register_tokenizer(ANALYZER, self._analyzer)
+        self._writer: tantivy.IndexWriter | None = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        position = manifest.get("position")
+        self.position: int | None = int(str(position)) if position is not None else None
+
+    # --- keeping it in step ---------------------------------------------------------------------------------
+
+    def put(self, rows: Iterable[ChunkRow]) -> None:
+        """Add or replace chunks (searchable after `commit`)."""
+        for chunk_id, document_id, title, text, doc_type, tags in rows:
+            self._live_writer().delete_documents_by_term("chunk", chunk_id)
+            body = " ".join([title] * self.title_repeats + [text])
+            document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type)
+            for tag in tags:
+                document.add_text("tag", tag)
+            self._live_writer().add_document(document)
+
+    def remove_chunks(self, chunk_ids: Iterable[int]) -> None:
+        for chunk_id in chunk_ids:
+            self._live_writer().delete_documents_by_term("chunk", chunk_id)
+
+    def remove_documents(self, document_ids: Iterable[int]) -> None:
+        for document_id in document_ids:
+            self._live_writer().delete_documents_by_term("doc", document_id)
+
+    def clear(self) -> None:
+        self._live_writer().delete_all_documents()
+
+    def commit(self, position: int) -> None:
+        """Make the changes searchable and durable, then record that they reach `position` in the log."""
+        self._live_writer().commit()
+        self._index.reload()
+        self.position = position
+        _write_manifest(self.directory, {**self._identity, "position": position})
+
+    def _live_writer(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            raise RuntimeError("the full-text index is closed")
+        return self._writer
+
+    def close(self) -> None:
+        """Wait for background merges and release the index's write lock; the index is unusable after."""
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.wait_merging_threads()
+
+    # --- searching -------------------------------------------------------------------------------------------
+
+    def tokens(self, query: str) -> list[str]:
+        """The query's words as the index holds them (stemmed), each once."""
+        found: list[str] = []
+        for word in query_words(query):
+            for token in self._analyzer.analyze(word):
+                if token not in found:
+                    found.append(token)
+        return found
+
+    def search(self, query: str, where: DocumentFilter, limit: int, documents: Sequence[int] | None = None) -> Ranking:
+        """(chunk_id, BM25 score) best first, among chunks with the filter's tags and doc_type and, when
+        `documents` is given, of those documents (the store resolves the other criteria to them)."""
+        tokens = self.tokens(query)
+        if not tokens or limit <= 0 or (documents is not None and not documents):
+            return []
+        query_ = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", token)) for token in tokens]
+        )
+        filters = [tantivy.Query.term_query(self._schema, "tag", tag) for tag in where.tags]
+        if where.doc_type is not None:
+            filters.append(tantivy.Query.term_query(self._schema, "doc_type", where.doc_type))
+        if documents is not None:
+            filters.append(tantivy.Query.term_set_query(self._schema, "doc", list(documents)))
+        if filters:
+            query_ = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, query_), *((tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0))
+                                                  for f in filters)]
+            )
+        searcher = self._index.searcher()
+        hits = searcher.search(query_, limit, count=False).hits
+        if not hits:
+            return []
+        ids = searcher.fast_field_values("chunk", [address for _, address in hits])
+        return [(int(chunk_id or 0), float(score)) for (score, _), chunk_id in zip(hits, ids, strict=True)]
+
+    def score_ceiling(self, query: str) -> float:
+        """The highest BM25 score a chunk could reach for this query, (k1 + 1) times the sum of its terms'
+        IDF as tantivy computes it, ln(1 + (N - n + 0.5) / (n + 0.5)) for N chunks of which n hold the term
+        (hybrid fusion's absolute scale, search/fusion.py)."""
+        tokens = self.tokens(query)
+        if not tokens:
+            return 0.0
+        searcher = self._index.searcher()
+        total = searcher.num_docs
+        ceiling = 0.0
+        for token in tokens:
+            hits = searcher.doc_freq("body", token)
+            ceiling += math.log(1 + (total - hits + 0.5) / (hits + 0.5))
+        return (BM25_K1 + 1) * ceiling
+
+    def __len__(self) -> int:
+        return int(self._index.searcher().num_docs)
+
+
+def _read_manifest(directory: Path) -> dict[str, object]:
+    try:
+        return dict(json.loads((directory / MANIFEST).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_manifest(directory: Path, data: dict[str, object]) -> None:
+    tmp = directory / f".{MANIFEST}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, directory / MANIFEST)

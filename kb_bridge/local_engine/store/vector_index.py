@@ -1,0 +1,226 @@
+"""The vector index: every chunk's embedding, searchable by cosine similarity, by usearch (HNSW).
+
+Below `EXACT_BELOW` vectors (KB_ENGINE_EXACT_SEARCH_BELOW) a search compares the query with every vector: exact, and about a millisecond
+at that size, so the graph would not pay for itself in quality. Above it the HNSW graph answers
+approximately (recall@10 against exact search: docs/benchmarks.md). A search restricted to some chunks
+(a filter, such as a collection) compares exactly with their vectors when they are few (`EXACT_SUBSET`);
+otherwise it asks the graph for more than it needs, keeps the allowed ones and falls back to exact search if
+too few remain. Vectors are held as float16: half the memory of float32 (about 0.8 GB for a million of
+dimension 384) with cosines equal to three decimals.
+
+It is a copy derived from the store's table of vectors, kept in step by the store (store/sqlite/derived.py):
+`save` writes it atomically with the position in the store's change log it reaches, `restore` reads it back
+and the store replays the log from there.
+
+Searches run concurrently with each other and with `save`; `add` and `remove` wait for running searches and
+hold new ones off (usearch's Python wrapper does not promise that a search and a removal may overlap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from usearch.index import Index
+
+from .base import Ranking
+
+EXACT_BELOW = 20_000
+EXACT_SUBSET = 20_000
+# 16 links per node and a search beam of 128 give recall@10 >= 0.99 at a million (docs/benchmarks.md);
+# a wider beam at build time makes a slightly better graph for a slower build.
+CONNECTIVITY = 16
+EXPANSION_ADD = 64
+EXPANSION_SEARCH = 128
+# A filtered search asks the graph for this many times the share of the index it needs.
+OVERSAMPLE = 4
+_MAX_ASK = 20_000
+MANIFEST_SUFFIX = ".json"
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    """The stored form of a vector: float32, little-endian."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_blobs(blobs: Sequence[bytes], dim: int) -> np.ndarray:
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dim)
+
+
+class _SharedLock:
+    """Many readers or one writer."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._condition:
+            self._condition.wait_for(lambda: not self._writing)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._readers -= 1
+                self._condition.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._condition:
+            self._condition.wait_for(lambda: not self._writing)
+            self._writing = True
+            self._condition.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writing = False
+                self._condition.notify_all()
+
+
+class VectorIndex:
+    def __init__(self, dim: int, index: Index | None = None, exact_below: int = EXACT_BELOW) -> None:
+        self.dim = dim
+        self.exact_below = exact_below
+        self._index = index or Index(ndim=dim, metric="cos", dtype="f16", connectivity=CONNECTIVITY,
+                                     expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+        self._lock = _SharedLock()
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    # --- changes ---------------------------------------------------------------------------------------------
+
+    def add(self, chunk_ids: Sequence[int], vectors: np.ndarray, threads: int = 1) -> None:
+        """Add or replace normalised vectors. `threads` 0 uses every core (a rebuild); 1 leaves the others
+        to the model (ingestion)."""
+        if len(chunk_ids) == 0:
+            return
+        keys = np.asarray(chunk_ids, dtype=np.uint64)
+        matrix = np.asarray(vectors, dtype=np.float32).reshape(len(keys), self.dim)
+        with self._lock.writing():
+            present = keys[[bool(self._index.contains(int(key))) for key in keys]]
+            if len(present):
+                self._index.remove(present)
+            self._index.add(keys, matrix, threads=threads)
+
+    def remove(self, chunk_ids: Iterable[int]) -> None:
+        keys = [int(key) for key in chunk_ids]
+        if not keys:
+            return
+        with self._lock.writing():
+            present = [key for key in keys if self._index.contains(key)]
+            if present:
+                self._index.remove(np.asarray(present, dtype=np.uint64))
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    def vector_of(self, chunk_id: int) -> np.ndarray | None:
+        found, matrix = self.vectors_of([chunk_id])
+        return matrix[0] if found else None
+
+    def vectors_of(self, chunk_ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
+        """(the ids that have a vector, their vectors as a float32 matrix)."""
+        with self._lock.reading():
+            found = [int(chunk_id) for chunk_id in chunk_ids if self._index.contains(int(chunk_id))]
+            if not found:
+                return [], np.zeros((0, self.dim), dtype=np.float32)
+            matrix = self._index.get(np.asarray(found, dtype=np.uint64))
+        return found, np.asarray(matrix, dtype=np.float32).reshape(len(found), self.dim)
+
+    def similarities(self, query: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
+        """The cosine of the query with each of these chunks; chunks without a vector are left out."""
+        found, matrix = self.vectors_of(list(chunk_ids))
+        if not found:
+            return {}
+        scores = matrix @ np.asarray(query, dtype=np.float32)
+        return {chunk_id: float(score) for chunk_id, score in zip(found, scores, strict=True)}
+
+    def search(self, query: np.ndarray, k: int, allowed: Sequence[int] | None = None,
+               excluded: Collection[int] = ()) -> Ranking:
+        """The k most similar chunks as (chunk_id, cosine), best first, among `allowed` (all when None),
+        never one of `excluded`. Filters apply before the cut to k."""
+        total = len(self)
+        if k <= 0 or total == 0:
+            return []
+        if allowed is not None and len(allowed) <= EXACT_SUBSET:
+            return self._exact_among([c for c in allowed if c not in excluded], query, k)
+        share = 1.0 if allowed is None else max(len(allowed) / total, 1e-6)
+        wanted = k + len(excluded)
+        ask = min(total, _MAX_ASK, max(wanted, int(wanted * (1 if allowed is None else OVERSAMPLE / share))))
+        allowed_set = set(allowed) if allowed is not None else None
+        with self._lock.reading():
+            matches = self._index.search(np.asarray(query, dtype=np.float32), ask, exact=total < self.exact_below,
+                                         threads=1)
+        ranking = [
+            (int(key), 1.0 - float(distance))
+            for key, distance in zip(matches.keys, matches.distances, strict=True)
+            if int(key) not in excluded and (allowed_set is None or int(key) in allowed_set)
+        ][:k]
+        if len(ranking) < k and allowed is not None and ask < total:
+            return self._exact_among([c for c in allowed if c not in excluded], query, k)
+        return ranking
+
+    def _exact_among(self, chunk_ids: Sequence[int], query: np.ndarray, k: int) -> Ranking:
+        found, matrix = self.vectors_of(chunk_ids)
+        if not found:
+            return []
+        scores = matrix @ np.asarray(query, dtype=np.float32)
+        best = np.argpartition(-scores, k - 1)[:k] if len(found) > k else np.arange(len(found))
+        order = best[np.argsort(-scores[best], kind="stable")]
+        return [(found[i], float(scores[i])) for i in order]
+
+    # --- on disk ---------------------------------------------------------------------------------------------
+
+    def save(self, path: Path, identity: dict[str, object]) -> None:
+        """Write the index, then its manifest (`identity`: the database, the model and the log position the
+        vectors reach), each atomically. A crash between the two leaves a manifest whose count does not
+        match the index, which `restore` refuses."""
+        tmp = path.with_name(path.name + ".tmp")
+        with self._lock.reading():
+            self._index.save(str(tmp))
+            count = len(self._index)
+        _fsync(tmp)
+        os.replace(tmp, path)
+        manifest = path.with_name(path.name + MANIFEST_SUFFIX)
+        tmp_manifest = manifest.with_name(manifest.name + ".tmp")
+        tmp_manifest.write_text(json.dumps({**identity, "dim": self.dim, "count": count}))
+        _fsync(tmp_manifest)
+        os.replace(tmp_manifest, manifest)
+
+    @classmethod
+    def restore(cls, path: Path, identity: dict[str, object], dim: int,
+                exact_below: int = EXACT_BELOW) -> VectorIndex | None:
+        """The index saved at `path` if its manifest matches `identity` (every key but the position) and it
+        is whole; else None (the caller rebuilds)."""
+        manifest = saved_manifest(path)
+        if manifest.get("dim") != dim or any(manifest.get(key) != value for key, value in identity.items()):
+            return None
+        try:
+            index = Index.restore(str(path))
+        except (OSError, ValueError, RuntimeError):
+            return None
+        if index is None or len(index) != manifest.get("count") or index.ndim != dim:
+            return None
+        index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # the stub lacks the property's setter
+        return cls(dim, index, exact_below)
+
+
+def saved_manifest(path: Path) -> dict[str, object]:
+    try:
+        return dict(json.loads(path.with_name(path.name + MANIFEST_SUFFIX).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())

@@ -1,0 +1,121 @@
+"""The ingestion worker batches chunks across jobs, fails a bad file alone, and puts interactive work first.
+
+The model is the real one; the wrapper below only records what each model call received and can hold the
+first call until the test has queued its jobs, so that the queue is full when the worker looks at it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import flask
+import numpy as np
+import pytest
+
+from kb_bridge.local_engine.embedding.embedder import Embedder
+
+from .helpers import API, upload, wait_for, wait_job
+
+
+class RecordingEmbedder:
+    """The real embedder, with a record of every documents call and a gate before the first one."""
+
+    def __init__(self, model: Embedder) -> None:
+        self._model = model
+        self.name, self.dim, self.device = model.name, model.dim, model.device
+        self.batch_size = model.batch_size
+        self.calls: list[list[str]] = []
+        self.gate = threading.Event()
+        self.first_call = threading.Event()
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        self.first_call.set()
+        assert self.gate.wait(60), "the test never opened the gate"
+        self.calls.append(list(texts))
+        return self._model.embed_documents(texts)
+
+    def submit_query(self, text: str) -> Future[np.ndarray]:
+        return self._model.submit_query(text)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._model.embed_query(text)
+
+
+@pytest.fixture
+def recorder(model: Embedder) -> RecordingEmbedder:
+    return RecordingEmbedder(model)
+
+
+@pytest.fixture
+def gated_app(make_app: Callable[..., flask.Flask], recorder: RecordingEmbedder) -> flask.Flask:
+    return make_app(model=recorder, embed_batch_size=4)
+
+
+def _queue_files(client: Any, count: int, start: int = 0, priority: str | None = "bulk") -> list[int]:
+    ids = []
+    for i in range(start, start + count):
+        fields = {"title": f"file{i:03d}"} | ({"priority": priority} if priority else {})
+        response = upload(client, f"f{i}.txt", f"Report {i} about the migration of wetland bird {i}.".encode(),
+                          **fields)
+        assert response.status_code == 202, response.json
+        ids.append(response.json["id"])
+    return ids
+
+
+def test_one_model_call_embeds_chunks_of_several_jobs_and_a_bad_file_fails_alone(
+    gated_app: flask.Flask, recorder: RecordingEmbedder
+) -> None:
+    client = gated_app.test_client()
+    first = _queue_files(client, 1)
+    assert recorder.first_call.wait(60)  # the worker holds the first job's call at the gate
+    job_ids = first + _queue_files(client, 6, start=1)
+    broken = upload(client, "broken.pdf", b"%PDF-1.4 this is not really a PDF", priority="bulk")
+    assert broken.status_code == 202
+    job_ids += _queue_files(client, 6, start=7)
+    recorder.gate.set()
+    jobs = [wait_job(client, job_id) for job_id in job_ids]
+    failed = wait_job(client, broken.json["id"])
+    assert failed["status"] == "failed" and "pdf" in failed["error"].lower()
+    assert all(job["status"] == "done" for job in jobs), jobs
+    # After the first (gated) call, calls hold up to 4 chunks from different jobs (each file is one chunk).
+    titles_per_call = [{text.split("\n", 1)[0] for text in call} for call in recorder.calls]
+    assert max(len(titles) for titles in titles_per_call) == 4, titles_per_call
+    assert sum(len(call) for call in recorder.calls) == len(job_ids)  # every chunk embedded once
+    for i in range(13):
+        hits = client.post(f"{API}/search", json={"query": f"wetland bird {i}", "mode": "fts", "top_n": 1}).json
+        assert hits["results"][0]["title"] == f"file{i:03d}"
+    status = client.get(f"{API}/status").json
+    assert status["vectors"] == status["chunks"] == 13
+
+
+def test_a_note_goes_before_the_bulk_queue(gated_app: flask.Flask, recorder: RecordingEmbedder) -> None:
+    client = gated_app.test_client()
+    bulk = _queue_files(client, 1)
+    assert recorder.first_call.wait(60)
+    bulk += _queue_files(client, 80, start=1)
+    note = client.post(f"{API}/jobs", json={"text": "The heron count moved to Thursday."})
+    assert note.status_code == 202 and note.json["priority"] == "interactive"
+    recorder.gate.set()
+    done_note = wait_job(client, note.json["id"])
+    assert done_note["status"] == "done"
+    queue_then = client.get(f"{API}/status").json["queue"]
+    # Documents get ids in the order they are stored: most of the bulk load was stored after the note.
+    wait_for(lambda: client.get(f"{API}/status").json["queue"]["done"] == len(bulk) + 1, "the bulk load")
+    later = [job for job in (wait_job(client, i) for i in bulk) if job["document_id"] > done_note["document_id"]]
+    assert len(later) >= 50, (len(later), queue_then)
+
+
+def test_priority_is_by_size_unless_asked(client: Any) -> None:
+    small = client.post(f"{API}/jobs", json={"text": "short"}).json
+    large = client.post(f"{API}/jobs", json={"text": "x " * (200 * 1024)}).json
+    asked = client.post(f"{API}/jobs", json={"text": "short", "priority": "bulk"}).json
+    assert (small["priority"], large["priority"], asked["priority"]) == ("interactive", "bulk", "bulk")
+    file_job = upload(client, "a.txt", b"small file").json
+    assert file_job["priority"] == "interactive"
+    wrong = client.post(f"{API}/jobs", json={"text": "short", "priority": "urgent"})
+    assert wrong.status_code == 422 and "priority" in wrong.json["error"]["message"]
+    wrong_form = upload(client, "b.txt", b"data", priority="now")
+    assert wrong_form.status_code == 422 and "priority" in wrong_form.json["error"]["message"]

@@ -1,0 +1,231 @@
+"""The derived indexes (store/sqlite/derived.py): the HNSW vector index and the tantivy text index follow the
+database, survive restarts without a rebuild, and come back consistent after a kill -9 or a lost file.
+
+Crashes are real: a child process writes through the store and kills itself with SIGKILL before closing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_bridge.local_engine.store import vector_index
+from kb_bridge.local_engine.store.base import DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
+from kb_bridge.local_engine.store.sqlite import SqliteStore
+from kb_bridge.local_engine.store.vector_index import VectorIndex
+
+DIM = 16
+MODEL = "test-model/16"
+
+
+def _unit_rows(rng: np.random.Generator, count: int, dim: int = DIM) -> np.ndarray:
+    rows = rng.standard_normal((count, dim)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _exact(matrix: np.ndarray, ids: list[int], query: np.ndarray, k: int) -> list[int]:
+    order = np.argsort(-(matrix @ query), kind="stable")[:k]
+    return [ids[i] for i in order]
+
+
+# --- the vector index on its own ------------------------------------------------------------------------------
+
+
+def test_the_graph_finds_what_exact_search_finds() -> None:
+    rng = np.random.default_rng(7)
+    vectors = _unit_rows(rng, 3000)
+    ids = list(range(1, 3001))
+    graph = VectorIndex(DIM, exact_below=0)
+    graph.add(ids, vectors, threads=0)
+    queries = _unit_rows(rng, 50)
+    found = [len(set(_exact(vectors, ids, q, 10)) & {c for c, _ in graph.search(q, 10)}) for q in queries]
+    assert sum(found) / (10 * len(queries)) >= 0.95
+
+
+def test_a_filtered_graph_search_returns_only_allowed_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vector_index, "EXACT_SUBSET", 10)  # force the graph path for the filter
+    rng = np.random.default_rng(8)
+    vectors = _unit_rows(rng, 2000)
+    ids = list(range(1, 2001))
+    graph = VectorIndex(DIM, exact_below=0)
+    graph.add(ids, vectors, threads=0)
+    allowed = ids[::3]
+    query = _unit_rows(rng, 1)[0]
+    hits = [c for c, _ in graph.search(query, 10, allowed=allowed, excluded={allowed[0]})]
+    assert len(hits) == 10 and set(hits) <= set(allowed) - {allowed[0]}
+    rows = [i - 1 for i in allowed if i != allowed[0]]
+    expected = _exact(vectors[rows], [ids[r] for r in rows], query, 10)
+    assert len(set(hits) & set(expected)) >= 8
+    # A filter so narrow that the graph's candidates miss it falls back to exact search.
+    assert [c for c, _ in graph.search(query, 3, allowed=ids[-12:])] == _exact(vectors[-12:], ids[-12:], query, 3)
+
+
+def test_a_saved_index_comes_back_only_whole_and_for_the_same_identity(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    index = VectorIndex(DIM)
+    index.add(list(range(1, 101)), _unit_rows(rng, 100))
+    path = tmp_path / "vectors.usearch"
+    identity = {"database": "abc", "model": MODEL}
+    index.save(path, {**identity, "position": 42})
+    restored = VectorIndex.restore(path, identity, DIM)
+    assert restored is not None and len(restored) == 100
+    query = _unit_rows(rng, 1)[0]
+    assert restored.search(query, 5) == index.search(query, 5)
+    assert VectorIndex.restore(path, {**identity, "model": "other/16"}, DIM) is None
+    assert VectorIndex.restore(path, {**identity, "database": "xyz"}, DIM) is None
+    assert VectorIndex.restore(path, identity, DIM + 1) is None
+    with open(path, "r+b") as handle:  # a torn file
+        handle.truncate(path.stat().st_size // 2)
+    assert VectorIndex.restore(path, identity, DIM) is None
+
+
+# --- through the store ------------------------------------------------------------------------------------------
+
+
+def _store(data: Path) -> SqliteStore:
+    store = SqliteStore(data / "engine.sqlite3")
+    store.open()
+    store.recover("1970-01-01T00:00:00Z", "2026-01-01T00:00:00Z")
+    return store
+
+
+def _add(store: SqliteStore, count: int, seed: int, tags: tuple[str, ...] = ("t",)) -> list[int]:
+    rng = np.random.default_rng(seed)
+    finished = []
+    for i in range(count):
+        text = f"note {seed}-{i} about word{seed}x{i}"
+        job, _ = store.submit(Submission("note", {"text": text}), None, "2026-01-01T00:00:00Z")
+        claimed = store.claim_job("2026-01-01T00:00:00Z")
+        assert claimed is not None and claimed.id == job["id"]
+        document = NewDocument(f"title {seed}-{i}", "note", None, len(text), "0" * 64, text, tags)
+        finished.append(FinishedJob(claimed.id, document, PreparedChunks([text], _unit_rows(rng, 1))))
+    stored = store.complete_jobs(finished, "2026-01-01T00:00:00Z")
+    return list(stored.values())
+
+
+def _state(data: Path) -> dict[str, object]:
+    """What the database holds, read with plain sqlite3: the truth the indexes must match."""
+    import sqlite3
+
+    conn = sqlite3.connect(data / "engine.sqlite3")
+    chunks = {row[0] for row in conn.execute("SELECT id FROM chunks")}
+    vectors = {row[0] for row in conn.execute("SELECT chunk_id FROM embeddings")}
+    tagged = {row[0] for row in conn.execute(
+        "SELECT c.id FROM chunks c JOIN document_tags t ON t.document_id = c.document_id WHERE t.tag = 'moved'")}
+    conn.close()
+    return {"chunks": chunks, "vectors": vectors, "moved": tagged}
+
+
+def _check_consistent(store: SqliteStore, data: Path) -> None:
+    truth = _state(data)
+    assert store.indexes.vectors is not None
+    assert len(store.indexes.vectors) == len(truth["vectors"])  # type: ignore[arg-type]
+    for chunk_id in truth["vectors"]:  # type: ignore[attr-defined]
+        assert store.indexes.vectors.vector_of(chunk_id) is not None
+    assert store.indexes.text is not None and len(store.indexes.text) == len(truth["chunks"])  # type: ignore[arg-type]
+    found = {c for c, _ in store.search_text("note", DocumentFilter(tags=("moved",)), 1000)}
+    assert found == truth["moved"]
+
+
+_CHILD = textwrap.dedent("""
+    import os, signal
+    from pathlib import Path
+    from tests.engine.test_engine_indexes import _add, _store, MODEL, DIM
+    store = _store(Path({data!r}))
+    store.use_embeddings(MODEL, DIM)
+    ids = _add(store, 40, seed=2)
+    for doc_id in ids[:10]:
+        store.delete_document(doc_id)
+    for doc_id in ids[10:20]:
+        store.add_tags(doc_id, ["moved"], "2026-01-02T00:00:00Z")
+    store.replace_note(ids[20], "changed", "a changed note", __import__("kb_bridge.local_engine.store.base",
+        fromlist=["PreparedChunks"]).PreparedChunks(["a changed note"], None), None, "2026-01-02T00:00:00Z")
+    print("written", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_after_a_kill_the_indexes_replay_the_log_from_their_saved_position(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 30, seed=1)
+    store.close()  # a clean stop saves the vector index
+
+    repo = Path(__file__).resolve().parents[2]  # the child imports this module as tests.engine....
+    child = subprocess.run([sys.executable, "-c", _CHILD.format(data=str(data))],
+                           capture_output=True, text=True, timeout=120, cwd=str(repo))
+    assert child.returncode == -9 and "written" in child.stdout, child.stderr
+
+    manifest = json.loads((data / "indexes" / "vectors.usearch.json").read_text())
+    store = _store(data)
+    assert store.use_embeddings(MODEL, DIM) == len(_state(data)["vectors"])  # type: ignore[arg-type]
+    assert store.indexes.vector_source == "restored" and manifest["count"] == 30  # the save from before the kill
+    _check_consistent(store, data)
+    store.close()
+
+
+def test_lost_or_foreign_index_files_are_rebuilt_from_the_database(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    ids = _add(store, 20, seed=3)
+    store.add_tags(ids[0], ["moved"], "2026-01-02T00:00:00Z")
+    store.close()
+
+    (data / "indexes" / "vectors.usearch").write_bytes(b"garbage")
+    for path in (data / "indexes" / "text").iterdir():
+        path.unlink()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    assert store.indexes.vector_source == "built"
+    _check_consistent(store, data)
+    store.close()
+
+    # Another database in the same place (a restored backup): the indexes do not belong to it.
+    other = tmp_path / "other"
+    other.mkdir()
+    donor = _store(other)
+    _add(donor, 3, seed=4)
+    donor.close()
+    os.replace(other / "engine.sqlite3", data / "engine.sqlite3")
+    for leftover in ("engine.sqlite3-wal", "engine.sqlite3-shm"):
+        (data / leftover).unlink(missing_ok=True)
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    assert store.indexes.vector_source == "built" and len(store.indexes.text or []) == 3
+    _check_consistent(store, data)
+    store.close()
+
+
+def test_the_log_is_pruned_once_both_indexes_have_it_on_disk(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 10, seed=5)
+    import sqlite3
+
+    def log_rows() -> int:
+        conn = sqlite3.connect(data / "engine.sqlite3")
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM index_log").fetchone()[0])
+        finally:
+            conn.close()
+
+    assert log_rows() > 0  # the vector index has not been saved since these changes
+    store.close()  # saves it
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 1, seed=6)  # any write prunes what both indexes hold on disk
+    assert log_rows() == 3  # only the new note's entries remain: its chunk, its vector, its tag
+    store.close()
