@@ -179,6 +179,7 @@ def test_chunking_is_linear_on_text_without_break_points() -> None:
         assert sum(len(c) for c in chunks) == len(text) and max(len(c) for c in chunks) == 1000
         return time.process_time() - started
 
-    small = min(cpu_seconds(4) for _ in range(2))
-    large = cpu_seconds(32)
+    # The best of a few runs: a busy machine (other processes evicting caches) only ever adds time.
+    small = min(cpu_seconds(4) for _ in range(3))
+    large = min(cpu_seconds(32) for _ in range(2))
     assert large <= 12 * small, (small, large)
