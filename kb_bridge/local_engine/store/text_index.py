@@ -11,7 +11,7 @@ SciFact BM25 nDCG@10 0.701 against FTS5's 0.704), and the document's tags and do
 terms for filters. Words are split on non-alphanumerics, lowercased and Porter-stemmed (English), like FTS5's
 `porter unicode61` tokenizer before.
 
-The index is a copy derived from the store's tables, kept in step by the store (store/sqlite/derived.py):
+The index is a copy derived from the store's tables, kept in step by the store (store/derived.py):
 `commit(position)` records how far into the store's change log it reaches, in a manifest beside the index,
 with the identity of the database it follows; `position` is None when it must be rebuilt.
 """

@@ -8,7 +8,7 @@ otherwise it asks the graph for more than it needs, keeps the allowed ones and f
 too few remain. Vectors are held as float16: half the memory of float32 (about 0.8 GB for a million of
 dimension 384) with cosines equal to three decimals.
 
-It is a copy derived from the store's table of vectors, kept in step by the store (store/sqlite/derived.py):
+It is a copy derived from the store's table of vectors, kept in step by the store (store/derived.py):
 `save` writes it atomically with the position in the store's change log it reaches, `restore` reads it back
 and the store replays the log from there.
 

@@ -3,7 +3,7 @@ derived from it beside it: full text (tantivy) and vectors (usearch).
 
 All of the store's SQL lives in this package: the schema and its migrations (schema.py), documents, chunks,
 tags and vectors (documents.py), the job queue and idempotency keys (jobs.py), the change log the indexes
-follow (index_log.py); derived.py keeps the indexes in step; db.py hands each thread its own connection.
+follow (index_log.py); ../derived.py keeps the indexes in step; db.py hands each thread its own connection.
 One process per data directory (the engine's lock, datadir.py) writes, and every write that the indexes
 follow holds `_write_lock` across its transaction and the indexes' catch-up, so the indexes change in
 commit order and a write returns only once it is searchable.
@@ -30,9 +30,9 @@ from ..base import (
     check_note,
     check_version,
 )
-from . import documents, jobs, schema
+from ..derived import DerivedIndexes
+from . import documents, index_log, jobs, schema
 from .db import Database
-from .derived import DerivedIndexes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +49,7 @@ class SqliteStore:
     def __init__(self, path: Path, title_repeats: int = 2, exact_below: int = 20_000) -> None:
         self.path = path
         self.db = Database(path)
-        self.indexes = DerivedIndexes(self.db, path.parent / "indexes", title_repeats, exact_below)
+        self.indexes = DerivedIndexes(self.db, index_log, path.parent / "indexes", title_repeats, exact_below)
         self._write_lock = threading.RLock()
 
     # --- life -------------------------------------------------------------------------------------------------

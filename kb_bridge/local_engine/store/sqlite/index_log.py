@@ -1,7 +1,7 @@
 """SQL for the change log that the derived indexes follow, and for the rows they are built from.
 
 Triggers (schema.py, version 3) append to `index_log` in the same transaction as the change itself, so the
-log holds every committed change in commit order and nothing that was rolled back. derived.py reads it.
+log holds every committed change in commit order and nothing that was rolled back. ../derived.py reads it.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..derived import ChunkRow
 from . import documents
 
-ChunkRow = tuple[int, int, str, str, str, list[str]]  # chunk id, document id, title, text, doc_type, tags
 _ROWS = "SELECT c.id, c.document_id, c.title, c.text, d.doc_type FROM chunks c JOIN documents d ON d.id = c.document_id"
 
 

@@ -130,7 +130,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # 1: interactive (notes, small files: embedded first), 0: bulk.
             "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
             "CREATE INDEX jobs_queue ON jobs(status, priority DESC, id)",
-            # Every change the derived indexes must follow, in commit order (store/sqlite/derived.py).
+            # Every change the derived indexes must follow, in commit order (store/derived.py).
             # `kind` says what `id` is: a chunk whose row changed, a document whose tags changed, a chunk
             # whose vector changed. The triggers fire for cascaded deletes too.
             "CREATE TABLE index_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, id INTEGER NOT NULL)",

