@@ -1,4 +1,4 @@
-"""The `kb-bridge` command: serve | stdio | engine | demo | check | ingest | token | tools."""
+"""The `kb-bridge` command: serve | stdio | engine | demo | check | ingest | migrate | token | tools."""
 
 from __future__ import annotations
 
@@ -56,6 +56,17 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(ingest)
 
+    migrate = commands.add_parser(
+        "migrate", help="copy a local engine's SQLite store into PostgreSQL (ids, versions, vectors kept)",
+        description="Copy documents, chunks, vectors (no re-embedding), tags and versions from a local engine's "
+                    "SQLite data directory into a PostgreSQL database for KB_ENGINE_DATABASE_URL. Resumable and "
+                    "idempotent: a rerun copies only what is missing. Counts are compared at the end.",
+        epilog="Exit status: 0 copied and the counts match; 1 counts differ or the database was unreachable; "
+               "2 usage error; 130 interrupted (run it again to continue).")
+    from kb_bridge.cli.migrate import add_arguments as add_migrate_arguments
+
+    add_migrate_arguments(migrate)
+
     commands.add_parser("token", help="print a new random token for KB_MCP_API_KEY")
 
     tools_cmd = commands.add_parser("tools", help="list the tools this configuration offers, with their size in tools/list")
@@ -77,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args)
+    if args.command == "migrate":
+        from kb_bridge.cli.migrate import run_migrate
+
+        return run_migrate(args)
     try:
         settings = load_settings()
         if args.command == "stdio":

@@ -170,8 +170,9 @@ class Progress:
         elapsed = max(now - self._started, 1e-6)
         rate = self._done / elapsed
         eta = f", ETA {int((self._total - self._done) / rate)} s" if rate > 0 and self._done < self._total else ""
-        amount = f"{_mib(self._done)}/{_mib(self._total)} MiB" if self._unit == "B" else f"{self._done}/{self._total} files"
-        speed = f"{_mib(int(rate))} MiB/s" if self._unit == "B" else f"{rate:.1f} files/s"
+        byte_unit = self._unit == "B"
+        amount = f"{_mib(self._done)}/{_mib(self._total)} MiB" if byte_unit else f"{self._done}/{self._total} {self._unit}"
+        speed = f"{_mib(int(rate))} MiB/s" if byte_unit else f"{rate:.1f} {self._unit}/s"
         print(f"{self._phase}: {amount}, {speed}{eta}{'; ' + note if note else ''}", file=self._stream, flush=True)
 
 

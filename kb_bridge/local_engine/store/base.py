@@ -106,6 +106,36 @@ class Submission:
 
 
 @dataclasses.dataclass(frozen=True)
+class StoredChunk:
+    """A chunk as a store holds it, with its vector (float32 little-endian bytes) if it has one."""
+
+    id: int
+    index: int
+    title: str
+    text: str
+    text_sha256: str
+    vector: bytes | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredDocument:
+    """Everything a store holds about one document, ids and versions included (copying between stores)."""
+
+    id: int
+    title: str
+    doc_type: str
+    source_path: str | None
+    size_bytes: int
+    sha256: str
+    version: int
+    created_at: str
+    updated_at: str
+    content: str
+    tags: tuple[str, ...]
+    chunks: tuple[StoredChunk, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Idempotency:
     """An Idempotency-Key, the digest of the request it came with, and the oldest time it still counts."""
 

@@ -1,0 +1,66 @@
+"""Writing whole documents into the PostgreSQL store with their ids, versions and vectors, for
+`kb-bridge migrate` (cli/migrate.py). Idempotent: a document whose id is already there is skipped, so an
+interrupted migration is resumed by running it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..base import StoredDocument
+from . import schema
+from .documents import vector_literal
+
+
+def prepare(conn: Any, identity: str | None, dim: int | None) -> None:
+    """Make the vector table for `dim` and record which model made the vectors (so the engine keeps them)."""
+    if identity is None or dim is None:
+        return
+    with conn.transaction():
+        schema.vector_table(conn, dim)
+        conn.execute("INSERT INTO meta VALUES ('embedding_model', %s) ON CONFLICT (key) DO UPDATE "
+                     "SET value = EXCLUDED.value", (identity,))
+
+
+def missing(conn: Any, document_ids: Sequence[int]) -> set[int]:
+    present = {int(r[0]) for r in conn.execute("SELECT id FROM documents WHERE id = ANY(%s)", (list(document_ids),))}
+    return set(document_ids) - present
+
+
+def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) -> None:
+    """Insert these documents exactly as they are (call inside a write transaction)."""
+    import numpy as np
+
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO documents (id, title, doc_type, source_path, size_bytes, sha256, version, created_at, "
+            "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [(d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version, d.created_at, d.updated_at)
+             for d in documents])
+        cursor.executemany("INSERT INTO document_content (document_id, text) VALUES (%s, %s)",
+                           [(d.id, d.content) for d in documents])
+        cursor.executemany("INSERT INTO document_tags (document_id, tag) VALUES (%s, %s)",
+                           [(d.id, tag) for d in documents for tag in d.tags])
+        cursor.executemany(
+            "INSERT INTO chunks (id, document_id, chunk_index, title, text, text_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
+            [(c.id, d.id, c.index, c.title, c.text, c.text_sha256) for d in documents for c in d.chunks])
+        if with_vectors:
+            cursor.executemany(
+                "INSERT INTO embeddings (chunk_id, vector) VALUES (%s, %s::halfvec)",
+                [(c.id, vector_literal(np.frombuffer(c.vector, dtype="<f4"))) for d in documents for c in d.chunks
+                 if c.vector is not None])
+
+
+def finish(conn: Any) -> None:
+    """New ids continue after the copied ones."""
+    for table in ("documents", "chunks"):
+        conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), MAX(id)) FROM {table} "
+                     "HAVING MAX(id) IS NOT NULL")
+
+
+def totals(conn: Any, with_vectors: bool) -> dict[str, int]:
+    counts = {name: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+              for name, table in (("documents", "documents"), ("chunks", "chunks"), ("tags", "document_tags"))}
+    counts["vectors"] = int(conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]) if with_vectors else 0
+    return counts
