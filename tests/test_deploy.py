@@ -54,7 +54,7 @@ def image_env(stage: list[tuple[str, str]]) -> dict[str, str]:
 
 def test_compose_runs_engine_and_bridge_with_volumes() -> None:
     services = COMPOSE["services"]
-    assert set(services) == {"engine", "bridge"}
+    assert {name for name, service in services.items() if "profiles" not in service} == {"engine", "bridge"}
     bridge, engine = services["bridge"], services["engine"]
     # The bridge reaches the engine over the compose network by service name.
     assert bridge["environment"]["KB_ENGINE_URL"] == "http://engine:8000"
@@ -63,9 +63,25 @@ def test_compose_runs_engine_and_bridge_with_volumes() -> None:
     assert "KB_MCP_API_KEY" in bridge["environment"] and "KB_API_KEY" in engine["environment"]
     assert any(v.endswith(":/var/lib/kb-engine/data") for v in engine["volumes"])
     assert any(v.endswith(":/var/lib/kb-bridge/uploads") for v in bridge["volumes"])
-    assert set(COMPOSE["volumes"]) == {"engine-data", "uploads"}
+    assert {"engine-data", "uploads"} <= set(COMPOSE["volumes"])
     assert bridge["ports"] == ["127.0.0.1:8765:8765"] and "ports" not in engine
     assert bridge["build"]["target"] == "bridge" and engine["build"]["target"] == "engine"
+
+
+def test_the_postgres_profile_runs_two_engine_replicas_on_pgvector_behind_a_bridge() -> None:
+    services = {name: s for name, s in COMPOSE["services"].items() if s.get("profiles") == ["postgres"]}
+    assert set(services) == {"postgres", "engine-pg", "bridge-pg"}
+    database, engine, bridge = services["postgres"], services["engine-pg"], services["bridge-pg"]
+    assert database["image"].startswith("pgvector/pgvector:") and "healthcheck" in database
+    assert engine["deploy"]["replicas"] == 2
+    assert engine["environment"]["KB_ENGINE_DATABASE_URL"].startswith("postgresql://kb:${KB_PG_PASSWORD")
+    assert engine["environment"]["KB_ENGINE_DATABASE_URL"].endswith("@postgres:5432/kb")
+    assert engine["environment"]["KB_ENGINE_ALLOWED_HOSTS"] == "engine-pg"
+    assert engine["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "volumes" not in engine  # everything a replica needs is in the database
+    assert bridge["environment"]["KB_ENGINE_URL"] == "http://engine-pg:8000"
+    assert bridge["ports"] == ["127.0.0.1:8766:8765"]
+    assert "'.[engine,postgres]'" in DOCKERFILE
 
 
 def test_dockerfile_rules() -> None:
