@@ -53,6 +53,9 @@ def run_migrate(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO 
         with target.connection() as conn:
             importing.prepare(conn, identity if with_vectors else None, dim)
         progress.phase("copying", expected["documents"], "documents")
+        if expected["vectors"] > 100_000:
+            print("the vector index is built once everything is copied: a few minutes per million vectors",
+                  file=err)
         copied = 0
         for batch in export.all_documents(source, BATCH):
             with target.write() as conn:

@@ -13,14 +13,21 @@ from . import schema
 from .documents import vector_literal
 
 
-def prepare(conn: Any, identity: str | None, dim: int | None) -> None:
-    """Make the vector table for `dim` and record which model made the vectors (so the engine keeps them)."""
+def prepare(conn: Any, identity: str | None, dim: int | None) -> bool:
+    """Make the vector table for `dim` and record which model made the vectors (so the engine keeps them).
+
+    Into an empty database, the HNSW index is dropped here and built once at the end (`finish`): building
+    it from all the vectors at once is many times faster than growing it row by row. Returns whether it was."""
     if identity is None or dim is None:
-        return
+        return False
     with conn.transaction():
         schema.vector_table(conn, dim)
         conn.execute("INSERT INTO meta VALUES ('embedding_model', %s) ON CONFLICT (key) DO UPDATE "
                      "SET value = EXCLUDED.value", (identity,))
+        empty = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM embeddings)").fetchone()[0]
+        if empty:
+            conn.execute("DROP INDEX IF EXISTS embeddings_hnsw")
+    return bool(empty)
 
 
 def missing(conn: Any, document_ids: Sequence[int]) -> set[int]:
@@ -42,18 +49,26 @@ def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) ->
                            [(d.id, d.content) for d in documents])
         cursor.executemany("INSERT INTO document_tags (document_id, tag) VALUES (%s, %s)",
                            [(d.id, tag) for d in documents for tag in d.tags])
-        cursor.executemany(
-            "INSERT INTO chunks (id, document_id, chunk_index, title, text, text_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
-            [(c.id, d.id, c.index, c.title, c.text, c.text_sha256) for d in documents for c in d.chunks])
+        # COPY: a large store moves at tens of thousands of rows a second, where INSERTs manage a few thousand.
+        with cursor.copy("COPY chunks (id, document_id, chunk_index, title, text, text_sha256) FROM STDIN") as copy:
+            for d in documents:
+                for c in d.chunks:
+                    copy.write_row((c.id, d.id, c.index, c.title, c.text, c.text_sha256))
         if with_vectors:
-            cursor.executemany(
-                "INSERT INTO embeddings (chunk_id, vector) VALUES (%s, %s::halfvec)",
-                [(c.id, vector_literal(np.frombuffer(c.vector, dtype="<f4"))) for d in documents for c in d.chunks
-                 if c.vector is not None])
+            with cursor.copy("COPY embeddings (chunk_id, vector) FROM STDIN") as copy:
+                for d in documents:
+                    for c in d.chunks:
+                        if c.vector is not None:
+                            copy.write_row((c.id, vector_literal(np.frombuffer(c.vector, dtype="<f4"))))
 
 
 def finish(conn: Any) -> None:
-    """New ids continue after the copied ones."""
+    """New ids continue after the copied ones; the vector index exists (built now if prepare dropped it)."""
+    if conn.execute("SELECT to_regclass('embeddings')").fetchone()[0] is not None:
+        # All the memory the build may use, for this transaction only (pgvector builds in memory when it fits).
+        conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+        conn.execute("SET LOCAL statement_timeout = 0")  # minutes at a million vectors
+        conn.execute(schema.HNSW_INDEX)
     for table in ("documents", "chunks"):
         conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), MAX(id)) FROM {table} "
                      "HAVING MAX(id) IS NOT NULL")

@@ -190,6 +190,9 @@ def vector_table(conn: Any, dim: int) -> bool:
         chunk_id BIGINT PRIMARY KEY REFERENCES chunks (id) ON DELETE CASCADE,
         vector halfvec({int(dim)}) NOT NULL
     )""")
-    # m 16 / ef_construction 64: pgvector's defaults, the same graph shape as the SQLite engine's usearch.
-    conn.execute("CREATE INDEX embeddings_hnsw ON embeddings USING hnsw (vector halfvec_cosine_ops)")
+    conn.execute(HNSW_INDEX)
     return True
+
+
+# m 16 / ef_construction 64: pgvector's defaults, the same graph shape as the SQLite engine's usearch.
+HNSW_INDEX = "CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings USING hnsw (vector halfvec_cosine_ops)"
