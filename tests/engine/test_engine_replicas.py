@@ -203,6 +203,16 @@ def test_a_newer_schema_is_refused(tmp_path: Path, postgres_server: PostgresServ
     assert code == 2 and "schema version 99" in err and "newer" in err
 
 
+def test_a_database_without_pgvector_that_the_user_cannot_create_stops_the_engine(
+        tmp_path: Path, postgres_server: PostgresServer) -> None:
+    url = postgres_server.new_database()
+    name = url.rsplit("/", 1)[1].split("?")[0]
+    postgres_server.admin("DO $$ BEGIN CREATE ROLE kb_limited LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    postgres_server.admin(f'REVOKE CREATE ON DATABASE "{name}" FROM PUBLIC')
+    code, err, _ = _engine_exit(tmp_path, url.replace("postgresql://postgres@", "postgresql://kb_limited@"))
+    assert code == 2 and "pgvector" in err, err
+
+
 def test_the_database_going_away_is_a_prompt_503_and_the_engine_recovers_by_itself(tmp_path: Path) -> None:
     server = PostgresServer().start()
     try:

@@ -56,7 +56,7 @@ class SqliteStore:
 
     def open(self) -> int:
         version = schema.migrate(self.db.connection())
-        logger.info("database %s at schema version %d", self.path, version)
+        logger.info("store: sqlite at %s, schema version %d", self.path, version)
         with self._write_lock:
             self.indexes.open()
         return version
