@@ -182,6 +182,7 @@ def test_failed_job_keeps_its_error_message(client: FlaskClient, app: flask.Flas
     assert [p for p in staging.directory.glob("*") if p.is_file()] == []  # staged file removed
 
 
+@pytest.mark.sqlite_only
 def test_staged_upload_is_streamed_into_the_data_dir(client: FlaskClient, app: flask.Flask) -> None:
     engine = app.extensions["kb_engine"]
     engine.worker.stop(5)  # keep the job queued so its staged file stays
@@ -190,6 +191,24 @@ def test_staged_upload_is_streamed_into_the_data_dir(client: FlaskClient, app: f
     staged = [p for p in engine.staging.directory.glob("*") if p.is_file()]
     assert len(staged) == 1 and staged[0].read_bytes() == b"kept until the job is done"
     assert list(engine.staging.tmp_directory.iterdir()) == []
+
+
+def test_on_postgresql_an_upload_waits_in_the_database_not_in_the_replica(make_app: Callable[..., flask.Flask],
+                                                                          store: str) -> None:
+    if store != "postgresql":
+        pytest.skip("PostgreSQL keeps uploads in the database")
+    app = make_app()
+    engine = app.extensions["kb_engine"]
+    engine.worker.stop(5)  # keep the job queued
+    response = upload(app.test_client(), "keep.txt", b"kept in the database until the job is done")
+    assert response.status_code == 202
+    assert [p for p in engine.staging.directory.glob("*") if p.is_file()] == []
+    import psycopg
+
+    with psycopg.connect(engine.config.database_url) as conn:
+        parts = conn.execute("SELECT data FROM job_uploads WHERE job_id = %s ORDER BY part",
+                             (response.json["id"],)).fetchall()
+    assert b"".join(bytes(part[0]) for part in parts) == b"kept in the database until the job is done"
 
 
 def test_list_jobs_filters_newest_first_and_paginates(client: FlaskClient) -> None:

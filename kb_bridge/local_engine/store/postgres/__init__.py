@@ -145,6 +145,10 @@ class PostgresStore:
             if idempotency is not None:
                 jobs.remember_idempotency_key(conn, idempotency.key, idempotency.body_sha256, job_id,
                                               str(job["created_at"]))
+        if submission.staged_path:
+            # The bytes are in the database now; whichever replica runs the job fetches them (claim_job), so
+            # no replica keeps a copy for a job another one ran.
+            (self.uploads_dir / submission.staged_path).unlink(missing_ok=True)
         return job, True
 
     def get_job(self, job_id: int) -> JSON:
