@@ -49,6 +49,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=SCIFACT, help="BEIR directory (default: %(default)s)")
     parser.add_argument("--skip-quality", action="store_true", help="skip ingestion and quality (part 1)")
+    parser.add_argument("--quality-docs", type=int, help="ingest only the first N abstracts in part 1 (a smoke run)")
     parser.add_argument("--skip-replicas", action="store_true", help="skip two replicas against one (part 2)")
     parser.add_argument("--replica-docs", type=int, default=600, help="abstracts for part 2 (default %(default)s)")
     parser.add_argument("--tiers-from", type=Path, help="search_scale.py's --data-root (part 3; skipped without)")
@@ -182,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tune(server)
         if not args.skip_quality:
             qrels = load_qrels(args.corpus / "qrels" / "train.tsv")
-            result["quality"] = quality(server, workdir, corpus, {q: all_queries[q] for q in qrels}, qrels)
+            result["quality"] = quality(server, workdir, corpus[: args.quality_docs],
+                                        {q: all_queries[q] for q in qrels}, qrels)
         if not args.skip_replicas:
             result["replicas"] = replicas(server, workdir, corpus_files(args.corpus, args.replica_docs))
         if args.tiers_from:

@@ -39,6 +39,7 @@ from ..base import (
     check_version,
 )
 from ..derived import DerivedIndexes
+from ..sql_reads import SqlReads
 from . import documents, index_log, jobs, schema
 from .db import Database, redacted
 
@@ -52,12 +53,14 @@ LEASE_SECONDS = 30.0
 CONNECT_FOR_SECONDS = 30.0
 # pgvector's HNSW search breadth (its default is 40): 128 as in the SQLite engine's usearch index.
 EF_SEARCH = 128
-_SQL_ONLY = ("source_path", "updated_since")
 _REPLICA_FILE = "replica-id"
 
 
-class PostgresStore:
+class PostgresStore(SqlReads):
     kind = "postgresql"
+    sql_documents = documents
+    sql_jobs = jobs
+    db: Database
 
     def __init__(self, url: str, data_dir: Path, uploads_dir: Path, title_repeats: int = 2,
                  lease_seconds: float = LEASE_SECONDS) -> None:
@@ -151,18 +154,6 @@ class PostgresStore:
             (self.uploads_dir / submission.staged_path).unlink(missing_ok=True)
         return job, True
 
-    def get_job(self, job_id: int) -> JSON:
-        with self.db.snapshot() as conn:
-            return jobs.get_job(conn, job_id)
-
-    def list_jobs(self, status: str | None, limit: int, offset: int) -> tuple[list[JSON], int]:
-        with self.db.snapshot() as conn:
-            return jobs.list_jobs(conn, status, limit, offset)
-
-    def queue_counts(self) -> dict[str, int]:
-        with self.db.snapshot() as conn:
-            return jobs.queue_counts(conn)
-
     def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
         with self.db.write() as conn:
             row = jobs.claim_next(conn, self.replica, self.lease_seconds, now, interactive_only)
@@ -219,14 +210,6 @@ class PostgresStore:
 
     # --- documents and tags ---------------------------------------------------------------------------------
 
-    def get_document(self, doc_id: int, detail: bool = False) -> JSON:
-        with self.db.snapshot() as conn:
-            return documents.get_document_detail(conn, doc_id) if detail else documents.get_document(conn, doc_id)
-
-    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]:
-        with self.db.snapshot() as conn:
-            return documents.list_documents(conn, where, limit, offset)
-
     @contextlib.contextmanager
     def _changing(self) -> Iterator[Any]:
         """A write transaction after which this replica's text index catches up (so it returns searchable)."""
@@ -270,27 +253,7 @@ class PostgresStore:
             check_version(row["version"], doc_id, if_match)
             return documents.change_tags(conn, doc_id, add, remove, now)
 
-    def list_tags(self, prefix: str | None) -> list[JSON]:
-        with self.db.snapshot() as conn:
-            return documents.list_tags(conn, prefix)
-
-    def counts(self) -> dict[str, int]:
-        with self.db.snapshot() as conn:
-            return documents.counts(conn)
-
     # --- chunks and vectors -----------------------------------------------------------------------------------
-
-    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, JSON]:
-        with self.db.snapshot() as conn:
-            return documents.get_chunks(conn, chunk_ids)
-
-    def stored_vectors(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
-        with self.db.snapshot() as conn:
-            return documents.stored_vectors_by_text(conn, keys)
-
-    def chunks_without_vectors(self, limit: int) -> list[tuple[int, int, str, str]]:
-        with self.db.snapshot() as conn:
-            return documents.chunks_without_vectors(conn, limit)
 
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
         with self.db.write() as conn:
@@ -336,18 +299,7 @@ class PostgresStore:
 
     def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
         self._follow()
-        text = self.indexes.text
-        if text is None:
-            return []
-        allowed = None
-        if any(getattr(where, name) is not None for name in _SQL_ONLY):
-            with self.db.snapshot() as conn:
-                allowed = documents.matching_document_ids(conn, where)
-        return text.search(query, where, limit, allowed)
-
-    def text_score_ceiling(self, query: str) -> float:
-        text = self.indexes.text
-        return text.score_ceiling(query) if text is not None else 0.0
+        return super().search_text(query, where, limit)
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:

@@ -31,6 +31,7 @@ from ..base import (
     check_version,
 )
 from ..derived import DerivedIndexes
+from ..sql_reads import SqlReads
 from . import documents, index_log, jobs, schema
 from .db import Database
 
@@ -39,12 +40,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Filters the text index cannot apply itself; the store resolves them to document ids first.
-_SQL_ONLY = ("source_path", "updated_since")
 
 
-class SqliteStore:
+class SqliteStore(SqlReads):
     kind = "sqlite"
+    sql_documents = documents
+    sql_jobs = jobs
+    db: Database
 
     def __init__(self, path: Path, title_repeats: int = 2, exact_below: int = 20_000) -> None:
         self.path = path
@@ -92,18 +94,6 @@ class SqliteStore:
                                               str(job["created_at"]))
         return job, True
 
-    def get_job(self, job_id: int) -> JSON:
-        with self.db.snapshot() as conn:
-            return jobs.get_job(conn, job_id)
-
-    def list_jobs(self, status: str | None, limit: int, offset: int) -> tuple[list[JSON], int]:
-        with self.db.snapshot() as conn:
-            return jobs.list_jobs(conn, status, limit, offset)
-
-    def queue_counts(self) -> dict[str, int]:
-        with self.db.snapshot() as conn:
-            return jobs.queue_counts(conn)
-
     def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
         with self.db.write() as conn:
             row = jobs.claim_next(conn, now, interactive_only)
@@ -142,14 +132,6 @@ class SqliteStore:
             jobs.requeue(conn, job_id)
 
     # --- documents and tags -------------------------------------------------------------------------------------
-
-    def get_document(self, doc_id: int, detail: bool = False) -> JSON:
-        with self.db.snapshot() as conn:
-            return documents.get_document_detail(conn, doc_id) if detail else documents.get_document(conn, doc_id)
-
-    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]:
-        with self.db.snapshot() as conn:
-            return documents.list_documents(conn, where, limit, offset)
 
     def delete_document(self, doc_id: int) -> None:
         with self._write_lock:
@@ -196,27 +178,7 @@ class SqliteStore:
             self.indexes.catch_up()
         return state
 
-    def list_tags(self, prefix: str | None) -> list[JSON]:
-        with self.db.snapshot() as conn:
-            return documents.list_tags(conn, prefix)
-
-    def counts(self) -> dict[str, int]:
-        with self.db.snapshot() as conn:
-            return documents.counts(conn)
-
     # --- chunks and vectors -----------------------------------------------------------------------------------------
-
-    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, JSON]:
-        with self.db.snapshot() as conn:
-            return documents.get_chunks(conn, chunk_ids)
-
-    def stored_vectors(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
-        with self.db.snapshot() as conn:
-            return documents.stored_vectors_by_text(conn, keys)
-
-    def chunks_without_vectors(self, limit: int) -> list[tuple[int, int, str, str]]:
-        with self.db.snapshot() as conn:
-            return [tuple(row) for row in documents.chunks_without_vectors(conn, limit)]  # type: ignore[misc]
 
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
         with self._write_lock:
@@ -245,20 +207,6 @@ class SqliteStore:
         return self.indexes.status()
 
     # --- search -----------------------------------------------------------------------------------------------------
-
-    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
-        text = self.indexes.text
-        if text is None:
-            return []
-        allowed = None
-        if any(getattr(where, name) is not None for name in _SQL_ONLY):
-            with self.db.snapshot() as conn:
-                allowed = documents.matching_document_ids(conn, where)
-        return text.search(query, where, limit, allowed)
-
-    def text_score_ceiling(self, query: str) -> float:
-        text = self.indexes.text
-        return text.score_ceiling(query) if text is not None else 0.0
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:

@@ -1,0 +1,80 @@
+"""The reads that both SQL stores make the same way: one consistent snapshot, one function of the backend's
+own SQL module (`sqlite/documents.py` and `sqlite/jobs.py`, or their `postgres/` twins, which share names
+and signatures), and full-text search in the derived tantivy index with the filters only SQL can apply
+resolved to document ids first. A backend mixes this in and writes only what differs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from .base import JSON, DocumentFilter, Ranking
+
+if TYPE_CHECKING:
+    from .derived import DerivedIndexes, Transactions
+
+# Filters the text index cannot apply itself; the store resolves them to document ids first.
+SQL_ONLY_FILTERS = ("source_path", "updated_since")
+
+
+class SqlReads:
+    db: Transactions
+    indexes: DerivedIndexes
+    sql_documents: ModuleType
+    sql_jobs: ModuleType
+
+    def get_job(self, job_id: int) -> JSON:
+        with self.db.snapshot() as conn:
+            return self.sql_jobs.get_job(conn, job_id)
+
+    def list_jobs(self, status: str | None, limit: int, offset: int) -> tuple[list[JSON], int]:
+        with self.db.snapshot() as conn:
+            return self.sql_jobs.list_jobs(conn, status, limit, offset)
+
+    def queue_counts(self) -> dict[str, int]:
+        with self.db.snapshot() as conn:
+            return self.sql_jobs.queue_counts(conn)
+
+    def get_document(self, doc_id: int, detail: bool = False) -> JSON:
+        with self.db.snapshot() as conn:
+            read = self.sql_documents.get_document_detail if detail else self.sql_documents.get_document
+            return read(conn, doc_id)
+
+    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]:
+        with self.db.snapshot() as conn:
+            return self.sql_documents.list_documents(conn, where, limit, offset)
+
+    def list_tags(self, prefix: str | None) -> list[JSON]:
+        with self.db.snapshot() as conn:
+            return self.sql_documents.list_tags(conn, prefix)
+
+    def counts(self) -> dict[str, int]:
+        with self.db.snapshot() as conn:
+            return self.sql_documents.counts(conn)
+
+    def get_chunks(self, chunk_ids: Sequence[int]) -> dict[int, JSON]:
+        with self.db.snapshot() as conn:
+            return self.sql_documents.get_chunks(conn, chunk_ids)
+
+    def stored_vectors(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+        with self.db.snapshot() as conn:
+            return self.sql_documents.stored_vectors_by_text(conn, keys)
+
+    def chunks_without_vectors(self, limit: int) -> list[tuple[int, int, str, str]]:
+        with self.db.snapshot() as conn:
+            return [tuple(row) for row in self.sql_documents.chunks_without_vectors(conn, limit)]
+
+    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
+        text = self.indexes.text
+        if text is None:
+            return []
+        allowed = None
+        if any(getattr(where, name) is not None for name in SQL_ONLY_FILTERS):
+            with self.db.snapshot() as conn:
+                allowed = self.sql_documents.matching_document_ids(conn, where)
+        return text.search(query, where, limit, allowed)
+
+    def text_score_ceiling(self, query: str) -> float:
+        text = self.indexes.text
+        return text.score_ceiling(query) if text is not None else 0.0
