@@ -1,0 +1,75 @@
+"""Where ANN recall is lost on a search_scale.py tier: the format, the library, or the graph. Not a test.
+
+On a tier's stored vectors (float32, from its engine.sqlite3) and the first `--queries` SciFact claims:
+exact top 10 in float32 against (1) exact search over the float16 copies, (2) usearch's exhaustive search
+over the engine's saved graph, (3) the saved graph at several search breadths, and, with --connectivity and
+--expansion-add, (4) a graph built here with other parameters.
+
+    python bench/ann_probe.py --data /tmp/scale/tier-1000000
+    python bench/ann_probe.py --data /tmp/scale/tier-1000000 --connectivity 32 --expansion-add 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from common import SCIFACT, load_beir, progress
+
+
+def overlap(exact: list[set[int]], found: list[set[int]]) -> float:
+    return sum(len(e & f) for e, f in zip(exact, found, strict=True)) / (10 * len(exact))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, required=True, help="a tier's data directory")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--ef", default="128,512,2048,8192", help="search breadths to try on the saved graph")
+    parser.add_argument("--connectivity", type=int, help="also build a graph with this connectivity")
+    parser.add_argument("--expansion-add", type=int, default=128, help="... and this build breadth")
+    args = parser.parse_args(argv)
+    from sentence_transformers import SentenceTransformer
+    from usearch.index import Index
+
+    from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
+
+    conn = sqlite3.connect(args.data / "engine.sqlite3")
+    ids, blobs = zip(*conn.execute("SELECT chunk_id, vector FROM embeddings"), strict=True)
+    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), -1)
+    keys = np.asarray(ids, dtype=np.uint64)
+    _, claims = load_beir(SCIFACT)
+    model = SentenceTransformer(str(bundled_model_dir()), device="cpu")
+    queries = model.encode(list(claims.values())[: args.queries], normalize_embeddings=True).astype(np.float32)
+    exact = [set(keys[np.argpartition(-(matrix @ q), 10)[:10]].tolist()) for q in queries]
+    half = matrix.astype(np.float16).astype(np.float32)
+    print(f"float16 exact against float32 exact: {overlap(exact, [set(keys[np.argpartition(-(half @ q), 10)[:10]].tolist()) for q in queries]):.3f}")
+    saved = Index.restore(str(args.data / "indexes" / "vectors.usearch"), view=False)
+    print(f"usearch exhaustive: {overlap(exact, [set(saved.search(q, 10, exact=True).keys.tolist()) for q in queries]):.3f}")
+    graphs = [("saved graph", saved)]
+    if args.connectivity:
+        progress(f"building connectivity {args.connectivity}, expansion_add {args.expansion_add}")
+        built = Index(ndim=matrix.shape[1], metric="cos", dtype="f16", connectivity=args.connectivity,
+                      expansion_add=args.expansion_add)
+        started = time.perf_counter()
+        for start in range(0, len(keys), 20_000):
+            built.add(keys[start : start + 20_000], matrix[start : start + 20_000], threads=0)
+        print(f"built in {time.perf_counter() - started:.0f} s, {built.memory_usage >> 20} MiB")
+        graphs.append((f"connectivity {args.connectivity}", built))
+    for name, graph in graphs:
+        for ef in (int(e) for e in args.ef.split(",")):
+            graph.expansion_search = ef
+            started = time.perf_counter()
+            found = [set(graph.search(q, 10).keys.tolist()) for q in queries]
+            per_query = (time.perf_counter() - started) / len(queries) * 1000
+            print(f"{name}, ef {ef}: recall@10 {overlap(exact, found):.3f}, {per_query:.2f} ms per query")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
