@@ -76,6 +76,9 @@ class PostgresStore(SqlReads):
         self._held_lock = threading.Lock()
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
+        # Set once use_embeddings has made the vector table: vector searches only run with a model loaded,
+        # so they need not ask the database on every query whether the table exists.
+        self._vector_table = False
 
     # --- life -------------------------------------------------------------------------------------------------
 
@@ -265,6 +268,7 @@ class PostgresStore(SqlReads):
     def use_embeddings(self, identity: str, dim: int) -> int:
         with self.db.write() as conn:
             schema.vector_table(conn, dim)
+            self._vector_table = True
             row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
             if row is not None and row[0] != identity:
                 logger.warning("stored vectors were made by %s; re-embedding with %s", row[0], identity)
@@ -316,10 +320,10 @@ class PostgresStore(SqlReads):
             params.append(exclude_document)
         joins = " JOIN chunks c ON c.id = e.chunk_id JOIN documents d ON d.id = c.document_id" if clauses else ""
         where_clause = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        if not self._vector_table:
+            return []
         literal = documents.vector_literal(vector)
         with self.db.snapshot() as conn:
-            if not documents.has_vectors(conn):
-                return []
             conn.execute(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH, k)}")
             # Filters prune the graph's candidates; iterative scans keep walking until k pass them.
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -332,19 +336,17 @@ class PostgresStore(SqlReads):
 
     def similarities(self, vector: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
         ids = list(chunk_ids)
-        if not ids:
+        if not ids or not self._vector_table:
             return {}
         with self.db.snapshot() as conn:
-            if not documents.has_vectors(conn):
-                return {}
             rows = conn.execute("SELECT chunk_id, 1 - (vector <=> %s::halfvec) FROM embeddings WHERE chunk_id = ANY(%s)",
                                 (documents.vector_literal(vector), ids)).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
     def vector_of(self, chunk_id: int) -> np.ndarray | None:
+        if not self._vector_table:
+            return None
         with self.db.snapshot() as conn:
-            if not documents.has_vectors(conn):
-                return None
             row = conn.execute("SELECT vector::text FROM embeddings WHERE chunk_id = %s", (chunk_id,)).fetchone()
         return documents.parse_vector(row[0]) if row else None
 
