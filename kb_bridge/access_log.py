@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any
 
+from kb_bridge.auth.principal import SCOPE_KEY, Principal
+
 logger = logging.getLogger("kb_bridge.access")
 
 request_id: ContextVar[str | None] = ContextVar("kb_request_id", default=None)
@@ -122,5 +124,8 @@ class AccessLog:
                 status=status[0],
                 client=(scope.get("client") or ("", 0))[0],
             )
+            principal = scope.get(SCOPE_KEY)
+            if isinstance(principal, Principal):
+                fields.setdefault("caller", principal.name)  # never the token: its name, or a JWT's subject
             fields["request_ms" if "duration_ms" in fields else "duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
             logger.log(logging.WARNING if event == "mcp_tool_error" else logging.INFO, event, extra={"fields": fields})

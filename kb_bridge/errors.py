@@ -60,6 +60,13 @@ class NotFound(KbError):
     default_message = "not found"
 
 
+class Forbidden(KbError):
+    """The caller's token may not do this: a scope it lacks, or a collection outside its own."""
+
+    code = "FORBIDDEN"
+    default_message = "this token may not do that"
+
+
 class Conflict(KbError):
     code = "CONFLICT"
     default_message = "the request conflicts with the current state"

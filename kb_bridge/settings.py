@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+from kb_bridge.auth.tokens_file import NamedToken, load_tokens_file
 from kb_bridge.errors import SettingsError
 
 T = TypeVar("T")
@@ -93,10 +94,43 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class OAuthSettings:
+    """The bridge as an OAuth 2.1 resource server (auth/oauth.py): on when `issuer` is set."""
+
+    issuer: str | None = None
+    # The bridge's public base URL (KB_PUBLIC_URL): the resource is public_url + "/mcp".
+    public_url: str | None = None
+    audience: str | None = None
+    jwks_url: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.issuer is not None
+
+    @property
+    def resource(self) -> str:
+        """The resource identifier clients ask tokens for (RFC 8707), and the metadata's `resource`."""
+        return f"{self.public_url}/mcp"
+
+    @property
+    def expected_audience(self) -> str:
+        return self.audience or self.resource
+
+    @property
+    def metadata_url(self) -> str:
+        """Where the protected-resource metadata is (RFC 9728 section 3.1: the well-known path before /mcp)."""
+        return f"{self.public_url}/.well-known/oauth-protected-resource/mcp"
+
+
+@dataclass(frozen=True)
 class McpSettings:
     """The MCP endpoint: auth, transport security, tool surface and concurrency."""
 
     api_keys: tuple[Secret, ...] = ()
+    # KB_MCP_TOKENS_FILE: named tokens with scopes and collections (auth/tokens_file.py), read at load.
+    tokens_file: str | None = None
+    named_tokens: tuple[NamedToken, ...] = ()
+    oauth: OAuthSettings = field(default_factory=OAuthSettings)
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = LOOPBACK_ORIGINS
     # How /mcp answers: "auto" (JSON, or an SSE stream when the request carries a progress token
@@ -119,7 +153,7 @@ class McpSettings:
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_keys)
+        return bool(self.api_keys or self.named_tokens or self.oauth.enabled)
 
 
 @dataclass(frozen=True)
@@ -281,6 +315,36 @@ def _parse_bind(value: str) -> str:
     return value
 
 
+def _is_loopback_host(host: str | None) -> bool:
+    return host in ("localhost", "127.0.0.1", "::1") or (host or "").startswith("127.")
+
+
+def _parse_secure_url(value: str) -> str:
+    """An https URL, or http on a loopback host (development): where tokens and keys come from."""
+    parts = urlsplit(value)
+    if not parts.hostname or parts.scheme not in ("http", "https"):
+        raise ValueError("expected an https:// URL with a host")
+    if parts.scheme == "http" and not _is_loopback_host(parts.hostname):
+        raise ValueError("must be https (http is accepted only on a loopback host, for development)")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("must not carry credentials, a query string or a fragment")
+    return value
+
+
+def _parse_issuer(value: str) -> str:
+    # Kept exactly as given (a trailing slash included): tokens' `iss` must equal it (RFC 8414 section 3.3).
+    return _parse_secure_url(value)
+
+
+def _parse_public_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected the bridge's public base URL, e.g. https://kb.example.com")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("must not carry credentials, a query string or a fragment")
+    return value.rstrip("/")
+
+
 def _parse_api_keys(value: str) -> tuple[Secret, ...]:
     keys = tuple(Secret(k) for k in _parse_list(value))
     for key in keys:
@@ -326,6 +390,9 @@ def _load_mcp(env: _Env) -> McpSettings:
     tools = env.items("KB_MCP_TOOLS", ())
     return McpSettings(
         api_keys=env.get("KB_MCP_API_KEY", (), _parse_api_keys),
+        tokens_file=env.raw("KB_MCP_TOKENS_FILE"),
+        named_tokens=env.get("KB_MCP_TOKENS_FILE", (), load_tokens_file),
+        oauth=_load_oauth(env),
         allowed_hosts=env.items("KB_MCP_ALLOWED_HOSTS", d.allowed_hosts),
         allowed_origins=env.items("KB_MCP_ALLOWED_ORIGINS", d.allowed_origins),
         response_mode=env.get("KB_MCP_RESPONSE", d.response_mode, _parse_response_mode),
@@ -338,6 +405,22 @@ def _load_mcp(env: _Env) -> McpSettings:
         otel=env.flag("KB_OTEL", d.otel),
         metrics_token=env.secret("KB_METRICS_TOKEN"),
     )
+
+
+def _load_oauth(env: _Env) -> OAuthSettings:
+    oauth = OAuthSettings(
+        issuer=env.get("KB_OAUTH_ISSUER", None, _parse_issuer),
+        public_url=env.get("KB_PUBLIC_URL", None, _parse_public_url),
+        audience=env.raw("KB_OAUTH_AUDIENCE"),
+        jwks_url=env.get("KB_OAUTH_JWKS_URL", None, _parse_secure_url),
+    )
+    if oauth.enabled and oauth.public_url is None:
+        raise SettingsError("KB_PUBLIC_URL", "is required with KB_OAUTH_ISSUER: the bridge's public base URL, e.g. https://kb.example.com")
+    if not oauth.enabled:
+        for name, value in (("KB_OAUTH_AUDIENCE", oauth.audience), ("KB_OAUTH_JWKS_URL", oauth.jwks_url)):
+            if value is not None:
+                raise SettingsError(name, "has no effect without KB_OAUTH_ISSUER")
+    return oauth
 
 
 def _load_uploads(env: _Env) -> UploadSettings:

@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kb_bridge.auth.tokens_file import DELETE, READ, WRITE
 from kb_bridge.settings import Secret
 
 # Where the HTTP auth middleware leaves the principal for the MCP layer (an ASGI scope key).
 SCOPE_KEY = "kb.principal"
 
-READ, WRITE, DELETE = "kb:read", "kb:write", "kb:delete"
+__all__ = ["ALL_SCOPES", "ANONYMOUS", "DELETE", "LOCAL", "READ", "SCOPE_KEY", "WRITE", "Principal", "caller_id", "principal_of"]
+
 ALL_SCOPES = frozenset({READ, WRITE, DELETE})
 
 _SAFE_OWNER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -36,10 +38,24 @@ class Principal:
 
     @property
     def owner(self) -> str:
-        """The id that owns uploads: the name itself when it is path-safe, else a digest of it."""
-        if _SAFE_OWNER.fullmatch(self.name):
+        """The id that owns uploads: the name itself when it is path-safe, else a digest of it. An
+        OAuth subject is namespaced by kind, so it never shares uploads with a static token's name."""
+        if self.kind != "oauth" and _SAFE_OWNER.fullmatch(self.name):
             return self.name
-        return hashlib.sha256(self.name.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return hashlib.sha256(f"{self.kind}:{self.name}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+    def can(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    @property
+    def limited(self) -> bool:
+        """True when the principal sees only some collections."""
+        return self.collections is not None
+
+    def sees(self, collection: str | None) -> bool:
+        """Whether a document in `collection` exists for this principal (one without a collection
+        tag, written by another client, belongs to no collection and is seen only by the unlimited)."""
+        return self.collections is None or (collection is not None and collection in self.collections)
 
 
 # stdio and in-process clients: the local user, with every right.

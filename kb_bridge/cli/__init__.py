@@ -67,7 +67,23 @@ def _parser() -> argparse.ArgumentParser:
 
     add_migrate_arguments(migrate)
 
-    commands.add_parser("token", help="print a new random token for KB_MCP_API_KEY")
+    token = commands.add_parser(
+        "token", help="print a new random token (for KB_MCP_API_KEY), or `token new NAME` for a named token",
+        description="Without a subcommand: print a new random token for KB_MCP_API_KEY (full access).",
+    )
+    token_commands = token.add_subparsers(dest="token_command", metavar="SUBCOMMAND")
+    new = token_commands.add_parser(
+        "new", help="make a named token with scopes (and collections) for KB_MCP_TOKENS_FILE",
+        description="Print a new random token and the [[token]] entry to paste into the KB_MCP_TOKENS_FILE "
+                    "file. The file keeps only the token's SHA-256: give the token to the agent now; it is "
+                    "not shown again.",
+        epilog="Example: kb-bridge token new research-agent --scopes kb:read --collections documents",
+    )
+    new.add_argument("name", metavar="NAME", help="the token's name in logs: letters, digits, '.', '_' or '-'")
+    new.add_argument("--scopes", required=True, metavar="SCOPES",
+                     help="comma-separated: kb:read (search, get, list), kb:write (add, update, upload), kb:delete")
+    new.add_argument("--collections", metavar="NAMES", help="comma-separated collections the token is limited to (default: all)")
+    new.add_argument("--json", action="store_true", help="print the token and the entry as JSON")
 
     tools_cmd = commands.add_parser("tools", help="list the tools this configuration offers, with their size in tools/list")
     tools_cmd.add_argument("--json", action="store_true", help="print the tools/list payload itself")
@@ -84,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return engine_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "token":
+        if args.token_command == "new":
+            from kb_bridge.cli.tokens import new_token
+
+            return new_token(args)
         print(secrets.token_urlsafe(32))
         return 0
     if args.command == "serve":

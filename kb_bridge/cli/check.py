@@ -39,8 +39,23 @@ def check_configuration(settings: Settings) -> list[Check]:
     elif not mcp.auth_enabled:
         checks.append(Check("auth", True, "KB_MCP_API_KEY is not set: fine on loopback, set one before exposing the bridge", warning=True))
     else:
-        checks.append(Check("auth", True, f"{len(mcp.api_keys)} agent key(s) configured"))
+        modes = [f"{len(mcp.api_keys)} agent key(s)", f"{len(mcp.named_tokens)} named token(s)"]
+        if mcp.oauth.enabled:
+            modes.append(f"OAuth issuer {mcp.oauth.issuer}")
+        checks.append(Check("auth", True, ", ".join(modes) + " configured"))
+    if mcp.oauth.enabled:
+        checks.append(check_oauth_issuer(settings))
     return checks
+
+
+def check_oauth_issuer(settings: Settings) -> Check:
+    """The issuer's signing keys can be fetched (discovery included): else no OAuth token would be accepted."""
+    from kb_bridge.auth.oauth import OAuthVerifier
+
+    verifier = OAuthVerifier(settings.mcp.oauth)
+    if verifier.prime():
+        return Check("oauth", True, f"fetched the signing keys of {settings.mcp.oauth.issuer}")
+    return Check("oauth", False, f"cannot fetch the signing keys of KB_OAUTH_ISSUER={settings.mcp.oauth.issuer} (see the log line above)")
 
 
 def check_engine(settings: Settings) -> list[Check]:

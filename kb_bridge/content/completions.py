@@ -4,6 +4,7 @@ names and tags, from the engine. Plain functions; protocol/content.py adapts the
 from __future__ import annotations
 
 from kb_bridge import collections, shapes
+from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 
 MAX_VALUES = 100
@@ -19,10 +20,15 @@ def _tag_names(engine: EngineClient, prefix: str | None) -> list[str]:
     return [t["name"] for t in shapes.listed(raw, "tags") if isinstance(t, dict) and isinstance(t.get("name"), str)]
 
 
-def complete(engine: EngineClient, reference: str, argument: str, typed: str) -> tuple[list[str], int]:
-    """(up to MAX_VALUES matching values, how many match in all); nothing for free-text arguments."""
+def complete(engine: EngineClient, principal: Principal, reference: str, argument: str, typed: str) -> tuple[list[str], int]:
+    """(up to MAX_VALUES matching values, how many match in all); nothing for free-text arguments. A
+    principal limited to some collections is offered only those, and no tags (the engine counts tags
+    across every collection, so offering them would tell what the others hold)."""
     if (reference, argument) in COLLECTION_ARGUMENTS:
-        candidates = [name[len(collections.PREFIX) :] for name in _tag_names(engine, collections.PREFIX)]
+        names = [name[len(collections.PREFIX) :] for name in _tag_names(engine, collections.PREFIX)]
+        candidates = [name for name in names if principal.sees(name)]
+    elif (reference, argument) in TAG_ARGUMENTS and principal.limited:
+        return [], 0
     elif (reference, argument) in TAG_ARGUMENTS:
         candidates = [name for name in _tag_names(engine, None) if not collections.is_collection_tag(name)]
     else:

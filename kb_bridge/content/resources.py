@@ -15,8 +15,10 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from kb_bridge import collections, shapes
+from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import InvalidArgument, NotFound
+from kb_bridge.tools import reach
 
 SCHEME = "kb"
 MARKDOWN = "text/markdown"
@@ -52,12 +54,10 @@ def document_uri(document_id: int) -> str:
     return f"kb://document/{document_id}"
 
 
-def list_recent(engine: EngineClient, offset: int) -> tuple[list[Listed], int | None]:
-    """One page of recent documents as resources, and the next offset (None at the end)."""
-    raw = engine.list_documents([("limit", LIST_PAGE), ("offset", offset)])
-    docs = [shapes.document(d) for d in shapes.listed(raw, "documents")]
-    reported = raw.get("total")
-    total = reported if isinstance(reported, int) else offset + len(docs)
+def list_recent(engine: EngineClient, principal: Principal, cursor: str | None) -> tuple[list[Listed], str | None]:
+    """One page of recent documents the principal may see, as resources, and the next cursor (None at the end)."""
+    raw, _total, following = reach.page_of_documents(engine, principal, [], None, (), LIST_PAGE, cursor)
+    docs = [shapes.document(d) for d in raw]
     items = [
         Listed(
             uri=document_uri(d["id"]),
@@ -67,8 +67,7 @@ def list_recent(engine: EngineClient, offset: int) -> tuple[list[Listed], int | 
         )
         for d in docs
     ]
-    following = offset + len(docs)
-    return items, following if docs and following < total else None
+    return items, following
 
 
 _EXPECTED = "expected kb://document/{id}, kb://chunk/{id}, kb://collection/{name} or kb://tag/{tag}"
@@ -93,19 +92,19 @@ def _id(kind: str, value: str) -> int:
     return int(value)
 
 
-def read(engine: EngineClient, uri: str) -> str:
-    """The markdown text of a kb:// resource."""
+def read(engine: EngineClient, principal: Principal, uri: str) -> str:
+    """The markdown text of a kb:// resource, as far as the principal may see it."""
     kind, value = parse(uri)
     if kind == "document":
-        return document_markdown(shapes.document(engine.get_document(_id(kind, value)), full=True))
+        return document_markdown(shapes.document(reach.visible_document(engine, principal, _id(kind, value)), full=True))
     if kind == "chunk":
-        return chunk_markdown(shapes.chunk(engine.get_chunk(_id(kind, value))))
+        return chunk_markdown(shapes.chunk(reach.visible_chunk(engine, principal, _id(kind, value))))
     if kind == "collection":
         collections.check_name(value, field="uri")
-        return listing(engine, f"Collection {value}", collections.tag_for(value))
+        return listing(engine, principal, f"Collection {value}", value, ())
     if collections.is_collection_tag(value):
         raise InvalidArgument("uri", "use kb://collection/{name} for collections")
-    return listing(engine, f"Tag {value}", value)
+    return listing(engine, principal, f"Tag {value}", None, (value,))
 
 
 def _meta_line(doc: dict[str, Any]) -> str:
@@ -130,11 +129,9 @@ def chunk_markdown(chunk: dict[str, Any]) -> str:
     )
 
 
-def listing(engine: EngineClient, heading: str, tag: str) -> str:
-    raw = engine.list_documents([("tag", tag), ("limit", LISTING_LIMIT)])
-    docs = [shapes.document(d) for d in shapes.listed(raw, "documents")]
-    reported = raw.get("total")
-    total = reported if isinstance(reported, int) else len(docs)
+def listing(engine: EngineClient, principal: Principal, heading: str, collection: str | None, tags: tuple[str, ...]) -> str:
+    raw, total, _following = reach.page_of_documents(engine, principal, [], collection, tags, LISTING_LIMIT, None)
+    docs = [shapes.document(d) for d in raw]
     if not docs:
         raise NotFound(f"no documents for {heading.lower()}")
     lines = [f"# {heading}", "", f"{total} document(s), newest update first" + (f" (first {len(docs)} shown)" if total > len(docs) else "") + ":", ""]

@@ -8,7 +8,9 @@ lifespan (thread pool, upload sweeper).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -19,7 +21,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from kb_bridge.access_log import AccessLog
 from kb_bridge.asgi_messages import header, send_json
-from kb_bridge.auth.bearer import BearerAuth
+from kb_bridge.auth.bearer import Authenticator, BearerAuth, Challenge
+from kb_bridge.auth.oauth import OAuthVerifier
+from kb_bridge.auth.principal import ALL_SCOPES, Principal, principal_of
+from kb_bridge.protocol.scopes import ScopeRules
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import Settings, load_settings
@@ -47,11 +52,15 @@ class McpEndpoint:
     GET stream would only hold a connection forever.
     """
 
-    def __init__(self, json_app: Any, sse_app: Any, mode: str, max_body_bytes: int) -> None:
+    def __init__(self, json_app: Any, sse_app: Any, mode: str, max_body_bytes: int,
+                 rules: ScopeRules, challenge: Challenge, on_refusal: Callable[[str], None]) -> None:
         self._json = json_app
         self._sse = sse_app
         self._mode = mode
         self._max = max_body_bytes
+        self._rules = rules
+        self._challenge = challenge
+        self._on_refusal = on_refusal
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("method") != "POST":
@@ -65,6 +74,9 @@ class McpEndpoint:
         body = await self._read(receive)
         if body is None:
             await self._too_large(send)
+            return
+        principal = principal_of(scope)
+        if principal.scopes != ALL_SCOPES and await self._refused(principal, body, send):
             return
         replayed = False
 
@@ -95,6 +107,20 @@ class McpEndpoint:
                 break
         return b"".join(chunks)
 
+    async def _refused(self, principal: Principal, body: bytes, send: Any) -> bool:
+        """403 with a step-up challenge when the body asks for something the token's scopes do not allow."""
+        for scope, what in self._rules.needed(body):
+            if not principal.can(scope):
+                self._on_refusal("insufficient_scope")
+                logger.warning("refused %s to %s: the token lacks the %s scope", what, principal.name, scope)
+                await send_json(
+                    send, 403,
+                    {"error": "insufficient_scope", "error_description": f"{what} needs the {scope} scope", "scope": scope},
+                    [(b"www-authenticate", self._challenge.insufficient_scope(scope))],
+                )
+                return True
+        return False
+
     async def _too_large(self, send: Any) -> None:
         message = f"the request body is larger than this server accepts ({self._max} bytes, KB_MCP_MAX_BODY_BYTES)"
         await send_json(send, 413, {"jsonrpc": "2.0", "id": None, "error": {"code": types.INVALID_REQUEST, "message": message}})
@@ -103,8 +129,11 @@ class McpEndpoint:
 class BridgeApp:
     """Routes ASGI traffic (/mcp to the MCP door, the rest to Flask) and owns the lifespan."""
 
-    def __init__(self, bridge: Bridge, mcp: Any, web: Any, managers: list[StreamableHTTPSessionManager]) -> None:
+    def __init__(self, bridge: Bridge, mcp: Any, web: Any, managers: list[StreamableHTTPSessionManager],
+                 verifier: OAuthVerifier | None = None) -> None:
         self.bridge = bridge
+        self._verifier = verifier
+        self._priming: asyncio.Future[bool] | None = None
         self._mcp = mcp
         self._web = web
         self._managers = managers
@@ -130,6 +159,9 @@ class BridgeApp:
                 for manager in self._managers:
                     await stack.enter_async_context(manager.run())
                 _warn_if_open(self.bridge.settings)
+                if self._verifier is not None:
+                    # Fetch the issuer's keys now, off the event loop, so a problem is logged at start.
+                    self._priming = asyncio.get_running_loop().run_in_executor(None, self._verifier.prime)
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown
                 logger.info("shutting down: finishing in-flight tool calls")
@@ -143,8 +175,8 @@ class BridgeApp:
 def _warn_if_open(settings: Settings) -> None:
     if not settings.mcp.auth_enabled:
         logger.warning(
-            "KB_MCP_API_KEY is not set: anyone who can reach %s can read and write the knowledge base. "
-            "Keep it bound to 127.0.0.1 or set a key.",
+            "KB_MCP_API_KEY is not set (nor KB_MCP_TOKENS_FILE or KB_OAUTH_ISSUER): anyone who can reach %s can read and write the knowledge base. "
+            "Keep it bound to 127.0.0.1 or configure auth.",
             settings.server.bind,
         )
 
@@ -157,6 +189,9 @@ def create_app(
     settings = settings or load_settings()
     bridge = bridge or Bridge(settings)
     server = build_server(bridge, available)
+    oauth = settings.mcp.oauth
+    verifier = OAuthVerifier(oauth) if oauth.enabled else None
+    challenge = Challenge(oauth.metadata_url if oauth.enabled else None)
 
     # Host/Origin are checked once, by HostOriginGuard, before auth; the SDK's own check stays off.
     # One settings object for every request: given None, the SDK builds a pydantic model per request.
@@ -174,8 +209,10 @@ def create_app(
     managers = [transport(json_response=True), transport(json_response=False)]
     mcp: Any = McpEndpoint(
         StreamableHTTPASGIApp(managers[0]), StreamableHTTPASGIApp(managers[1]), settings.mcp.response_mode,
-        settings.mcp.max_body_bytes,
+        settings.mcp.max_body_bytes, ScopeRules(tools.select(settings.mcp, available)), challenge,
+        bridge.metrics.auth_failure,
     )
-    mcp = BearerAuth(mcp, settings.mcp.api_keys, bridge.metrics.auth_failure)
+    authenticator = Authenticator(settings.mcp, verifier)
+    mcp = BearerAuth(mcp, settings.mcp, bridge.metrics.auth_failure, authenticator, challenge)
     mcp = HostOriginGuard(mcp, settings.mcp.allowed_hosts, settings.mcp.allowed_origins, bridge.metrics.auth_failure)
-    return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge)), managers)
+    return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge, authenticator)), managers, verifier)

@@ -12,9 +12,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from kb_bridge.content import completions, prompts, resources
-from kb_bridge.errors import InvalidArgument, KbError, NotFound
+from kb_bridge.protocol.caller import request_principal
+from kb_bridge.errors import Forbidden, InvalidArgument, KbError, NotFound
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools.browse import decode_cursor, encode_cursor
+from kb_bridge.auth.principal import READ, Principal
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,15 @@ async def _translated(work: Callable[[], Awaitable[T]]) -> T:
         raise MCPError(code=types.INTERNAL_ERROR, message="an internal error occurred; it has been logged") from None
 
 
+def readable_by(ctx: Ctx) -> Principal:
+    """The request's principal, who must hold kb:read to see any content (the HTTP door already
+    answered 403 to a token without it; this is the same rule for any other way in)."""
+    principal = request_principal(ctx)
+    if not principal.can(READ):
+        raise Forbidden(f"this token lacks the {READ} scope")
+    return principal
+
+
 class ContentHandlers:
     def __init__(self, bridge: Bridge) -> None:
         self._bridge = bridge
@@ -69,14 +79,15 @@ class ContentHandlers:
 
     async def list_resources(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         async def work() -> types.ListResourcesResult:
-            offset = decode_cursor(params.cursor) if params and params.cursor else 0
-            items, following = await self._bridge.run(resources.list_recent, self._bridge.engine, offset)
+            principal = readable_by(ctx)
+            cursor = params.cursor if params and params.cursor else None
+            items, following = await self._bridge.run(resources.list_recent, self._bridge.engine, principal, cursor)
             return types.ListResourcesResult(
                 resources=[
                     types.Resource(uri=i.uri, name=i.name, title=i.title, description=i.description, mime_type=resources.MARKDOWN)
                     for i in items
                 ],
-                next_cursor=encode_cursor(following) if following is not None else None,
+                next_cursor=following,
             )
 
         return await _translated(work)
@@ -86,7 +97,7 @@ class ContentHandlers:
 
     async def read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         async def work() -> types.ReadResourceResult:
-            text = await self._bridge.run(resources.read, self._bridge.engine, params.uri)
+            text = await self._bridge.run(resources.read, self._bridge.engine, readable_by(ctx), params.uri)
             return types.ReadResourceResult(
                 contents=[types.TextResourceContents(uri=params.uri, mime_type=resources.MARKDOWN, text=text)]
             )
@@ -116,7 +127,8 @@ class ContentHandlers:
 
         async def work() -> types.CompleteResult:
             values, total = await self._bridge.run(
-                completions.complete, self._bridge.engine, reference, params.argument.name, params.argument.value
+                completions.complete, self._bridge.engine, readable_by(ctx), reference, params.argument.name,
+                params.argument.value,
             )
             return types.CompleteResult(
                 completion=types.Completion(values=values, total=total, has_more=total > len(values))

@@ -22,8 +22,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from kb_bridge import __version__
 from kb_bridge.tools import registry as tools
 from kb_bridge.access_log import ToolCall
-from kb_bridge.auth.principal import Principal, principal_of
-from kb_bridge.errors import KbError
+from kb_bridge.protocol.caller import request_principal
+from kb_bridge.errors import Forbidden, KbError
 from kb_bridge.protocol.content import ContentHandlers
 from kb_bridge.protocol.results import error_result, success_result, to_mcp_tool
 from kb_bridge.runtime import Bridge
@@ -41,27 +41,28 @@ INSTRUCTIONS = (
 Ctx = ServerRequestContext[Any, Any]
 
 
-def request_principal(ctx: Ctx) -> Principal:
-    """The principal of the HTTP request behind this call; stdio and in-process calls are local."""
-    scope = getattr(ctx.request, "scope", None)
-    return principal_of(scope if isinstance(scope, dict) else None)
-
-
 class ToolDispatcher:
     """tools/list and tools/call over one list of ToolSpecs."""
 
     def __init__(self, bridge: Bridge, specs: list[ToolSpec]) -> None:
         self._bridge = bridge
         self._specs = {spec.name: spec for spec in specs}
-        # Built once: tools/list is a constant answer.
-        self._listing = types.ListToolsResult(tools=[to_mcp_tool(spec) for spec in specs])
+        self._tools = [(spec.scope, to_mcp_tool(spec)) for spec in specs]
+        # Built once per set of scopes: tools/list is a constant answer for each.
+        self._listings: dict[frozenset[str], types.ListToolsResult] = {}
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         spec = self._specs.get(name)
         return spec.input_schema if spec else None
 
     async def list_tools(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return self._listing
+        """The tools the caller's scopes allow (all of them for a full-access token)."""
+        scopes = request_principal(ctx).scopes
+        listing = self._listings.get(scopes)
+        if listing is None:
+            listing = types.ListToolsResult(tools=[tool for scope, tool in self._tools if scope in scopes])
+            self._listings[scopes] = listing
+        return listing
 
     async def call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = self._specs.get(params.name)
@@ -70,6 +71,9 @@ class ToolDispatcher:
         principal = request_principal(ctx)
         call = ToolCall(spec.name, principal.name)
         try:
+            if not principal.can(spec.scope):
+                # The HTTP door answers 403 first; this keeps the rule for any other way in.
+                raise Forbidden(f"this token lacks the {spec.scope} scope that {spec.name} needs", scope=spec.scope)
             arguments = spec.parse(params.arguments if params.arguments is not None else {})
             tool_ctx = ToolContext(
                 engine=self._bridge.engine,

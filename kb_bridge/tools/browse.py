@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,7 +10,7 @@ from typing import Any
 from kb_bridge import collections, shapes
 from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import render
+from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 # doc_type counts in a collection's details; anything else is counted as "other".
@@ -67,9 +64,12 @@ def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
         found = []
         for tag in shapes.listed(raw, "tags"):
             if isinstance(tag, dict) and isinstance(tag.get("name"), str) and collections.is_collection_tag(tag["name"]):
+                name = tag["name"][len(collections.PREFIX) :]
+                if not ctx.principal.sees(name):
+                    continue
                 count = tag.get("documents")
                 found.append({
-                    "name": tag["name"][len(collections.PREFIX) :],
+                    "name": name,
                     "documents": count if isinstance(count, int) else 0,
                     "by_doc_type": None,
                     "latest_update": None,
@@ -80,6 +80,8 @@ def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
 
 def collection_details(ctx: ToolContext, name: str) -> dict[str, Any]:
     tag = collections.tag_for(name)
+    if not ctx.principal.sees(name):
+        raise NotFound(f"collection {name!r} has no documents")  # as for an empty one: nothing leaks
     newest = ctx.engine.list_documents([("tag", tag), ("limit", 1)])
     total = _total(newest)
     if total == 0:
@@ -96,21 +98,6 @@ def collection_details(ctx: ToolContext, name: str) -> dict[str, Any]:
     return {"name": name, "documents": total, "by_doc_type": by_type, "latest_update": latest}
 
 
-def encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, field: str = "cursor") -> int:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        offset = data["o"]
-    except (binascii.Error, ValueError, KeyError, TypeError):
-        raise InvalidArgument(field, "is not a cursor this server returned") from None
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise InvalidArgument(field, "is not a cursor this server returned")
-    return offset
-
-
 def _check_timestamp(value: str) -> str:
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}([T ][0-9:.]+(Z|[+-]\d{2}:?\d{2})?)?", value):
         raise InvalidArgument("updated_since", "must be an ISO-8601 date or date-time, e.g. 2026-04-01T00:00:00Z")
@@ -122,21 +109,17 @@ def _check_timestamp(value: str) -> str:
 
 
 def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
-    offset = decode_cursor(args.cursor) if args.cursor is not None else 0
-    params: list[tuple[str, Any]] = [("limit", args.limit), ("offset", offset)]
-    tags = collections.tags_with_collection(args.collection, args.tags)
-    params += [("tag", tag) for tag in tags]
+    params: list[tuple[str, Any]] = []
     for key in ("doc_type", "source_path"):
         value = getattr(args, key)
         if value is not None:
             params.append((key, value))
     if args.updated_since is not None:
         params.append(("updated_since", _check_timestamp(args.updated_since)))
-    raw = ctx.engine.list_documents(params)
-    documents = [shapes.document(d) for d in shapes.listed(raw, "documents")]
-    total = _total(raw)
-    more = offset + len(documents) < total and documents
-    return {"documents": documents, "total": total, "next_cursor": encode_cursor(offset + len(documents)) if more else None}
+    raw, total, following = reach.page_of_documents(
+        ctx.engine, ctx.principal, params, args.collection, args.tags, args.limit, args.cursor
+    )
+    return {"documents": [shapes.document(d) for d in raw], "total": total, "next_cursor": following}
 
 
 def render_collections(result: Result) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kb_bridge import shapes
 from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import render
+from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 
@@ -29,9 +29,11 @@ def get(ctx: ToolContext, args: GetArguments) -> Result:
     if (args.document_id is None) == (args.source_path is None):
         raise InvalidArgument("document_id", "give exactly one of document_id or source_path")
     if args.document_id is not None:
-        return {"documents": [shapes.document(ctx.engine.get_document(args.document_id), full=True)]}
-    raw = ctx.engine.list_documents([("source_path", args.source_path), ("limit", _SOURCE_PATH_LIMIT)])
-    return {"documents": [shapes.document(d) for d in shapes.listed(raw, "documents")]}
+        return {"documents": [shapes.document(reach.visible_document(ctx.engine, ctx.principal, args.document_id), full=True)]}
+    raw, _total, _next = reach.page_of_documents(
+        ctx.engine, ctx.principal, [("source_path", args.source_path)], None, (), _SOURCE_PATH_LIMIT, None
+    )
+    return {"documents": [shapes.document(d) for d in raw]}
 
 
 def render_get(result: Result) -> str:
@@ -70,6 +72,9 @@ def delete(ctx: ToolContext, args: DeleteArguments) -> Result:
     """Deleting is idempotent in outcome: a document already gone reports deleted=false, no error."""
     document_id = args.document_id
     try:
+        if ctx.principal.limited:
+            # A document in another collection does not exist for this token: nothing to delete.
+            reach.visible_document(ctx.engine, ctx.principal, document_id)
         ctx.engine.delete_document(document_id)
     except NotFound:
         return {"document_id": document_id, "deleted": False}

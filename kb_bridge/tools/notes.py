@@ -10,7 +10,7 @@ from typing import Any
 from kb_bridge import collections, shapes
 from kb_bridge.errors import Conflict, IngestionFailed, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import render
+from kb_bridge.tools import reach, render
 from kb_bridge.tools.moves import move, version_conflict
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
@@ -49,6 +49,7 @@ class UpdateNoteArguments:
 
 def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
     collection = args.collection
+    reach.require_writable(ctx.principal, collection)
     user_tags = collections.check_user_tags(args.tags)
     body: dict[str, Any] = {"text": args.text, "tags": collections.tags_with_collection(collection, user_tags)}
     for key in ("title", "source_path"):
@@ -96,6 +97,10 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
     new_collection = args.collection
     if not changes and new_collection is None:
         raise InvalidArgument("text", "give at least one of text, title or collection to change")
+    if new_collection is not None:
+        reach.require_writable(ctx.principal, new_collection)
+    if ctx.principal.limited:
+        reach.visible_document(ctx.engine, ctx.principal, document_id)  # elsewhere: NOT_FOUND, as if missing
     if changes:
         document = _patch(ctx, document_id, changes, expected)
         expected = None  # the version check was done by the engine, atomically

@@ -8,8 +8,13 @@ from typing import Any
 from kb_bridge import shapes
 from kb_bridge.errors import Conflict, EngineUnsupported, InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import render
+from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
+
+# How many more related chunks a collection-limited token asks the engine for, to keep enough after
+# leaving out the other collections' (bounded by the engine's top_n limit).
+OVERFETCH = 5
+MAX_ASKED = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,12 +41,15 @@ def related(ctx: ToolContext, args: RelatedArguments) -> Result:
         chunk_id = _first_chunk(ctx, args.document_id)
     else:
         raise InvalidArgument("chunk_id", "give exactly one of chunk_id or document_id")
-    source = shapes.chunk(ctx.engine.get_chunk(chunk_id))
+    source = shapes.chunk(reach.visible_chunk(ctx.engine, ctx.principal, chunk_id))
+    # A limited token asks for more, then keeps the hits in its own collections.
+    asked = min(MAX_ASKED, args.top * OVERFETCH) if ctx.principal.limited else args.top
     try:
-        raw = ctx.engine.related_chunks(chunk_id, args.top)
+        raw = ctx.engine.related_chunks(chunk_id, asked)
     except Conflict:
         raise EngineUnsupported("related chunks need the engine's vector index, and it has none (full-text only)") from None
     hits = [shapes.chunk(hit) for hit in shapes.listed(raw, "results")]
+    hits = [hit for hit in hits if ctx.principal.sees(hit["collection"])][: args.top]
     documents: dict[int, list[dict[str, Any]]] = {}
     for hit in hits:
         hit["context"] = _context(ctx, hit, documents) if args.context else None
@@ -49,7 +57,7 @@ def related(ctx: ToolContext, args: RelatedArguments) -> Result:
 
 
 def _first_chunk(ctx: ToolContext, document_id: int) -> int:
-    chunks = shapes.document(ctx.engine.get_document(document_id), full=True)["chunks"]
+    chunks = shapes.document(reach.visible_document(ctx.engine, ctx.principal, document_id), full=True)["chunks"]
     if not chunks:
         raise NotFound(f"document {document_id} has no chunks yet")
     return int(min(chunks, key=lambda c: c["index"])["id"])

@@ -8,7 +8,7 @@ from typing import Any
 from kb_bridge import collections, shapes
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import render
+from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 DESCRIPTION = (
@@ -33,12 +33,13 @@ class SearchArguments:
 OUTPUT = shapes.result({"query": shapes.STR, "mode": shapes.STR, "results": {"type": "array", "items": shapes.CHUNK}})
 
 
-def engine_request(args: SearchArguments) -> dict[str, Any]:
-    """The engine's search body for these (validated) arguments: only what the agent gave, plus top_n."""
+def engine_request(args: SearchArguments, collection: str | None = None) -> dict[str, Any]:
+    """The engine's search body for these (validated) arguments: only what the agent gave, plus top_n;
+    `collection` (one the principal may see) replaces the argument's."""
     if args.fts_only and args.mode not in (None, "fts"):
         raise InvalidArgument("fts_only", f"true means mode fts, which contradicts mode {args.mode!r}; give one of the two")
     body: dict[str, Any] = {"query": args.query, "top_n": args.top}
-    tags = collections.tags_with_collection(args.collection, args.tags)
+    tags = collections.tags_with_collection(collection if collection is not None else args.collection, args.tags)
     if tags:
         body["tags"] = tags
     for key in ("doc_type", "mode", "fts_only"):
@@ -49,13 +50,17 @@ def engine_request(args: SearchArguments) -> dict[str, Any]:
 
 
 def search(ctx: ToolContext, args: SearchArguments) -> Result:
-    raw = ctx.engine.search(engine_request(args))
-    mode = raw.get("mode") if isinstance(raw.get("mode"), str) else ("fts" if args.fts_only else "hybrid")
-    return {
-        "query": args.query,
-        "mode": mode,
-        "results": [shapes.chunk(hit) for hit in shapes.listed(raw, "results")],
-    }
+    """One engine search, or for a token limited to several collections one per collection, merged by score."""
+    fallback = "fts" if args.fts_only else "hybrid"
+    batches = []
+    mode = None
+    for collection in reach.scopes_for_search(ctx.principal, args.collection):
+        raw = ctx.engine.search(engine_request(args, collection))
+        mode = mode or (raw.get("mode") if isinstance(raw.get("mode"), str) else None)
+        batches.append([shapes.chunk(hit) for hit in shapes.listed(raw, "results")])
+    if not batches:
+        engine_request(args)  # the same validation as any search, then nothing: no collection of its own is asked for
+    return {"query": args.query, "mode": mode or fallback, "results": reach.merged_by_score(batches, args.top) if batches else []}
 
 
 TOOLS = [

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kb_bridge.auth.principal import LOCAL, Principal
+from kb_bridge.auth.principal import DELETE, LOCAL, READ, WRITE, Principal
 from kb_bridge.tools.arguments import ArgumentParser
 
 if TYPE_CHECKING:
@@ -55,11 +55,16 @@ class ToolSpec:
     read_only: bool
     destructive: bool = False
     idempotent: bool = False
+    # The OAuth scope a call needs (kb:read, kb:write or kb:delete); by default read for a read-only
+    # tool, delete for a destructive one, write otherwise.
+    scope: str = ""
     _parser: ArgumentParser[Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Built once per tool: the schema compiles once, and tools/list is a constant answer.
         object.__setattr__(self, "_parser", ArgumentParser(self.arguments))
+        if not self.scope:
+            object.__setattr__(self, "scope", READ if self.read_only else DELETE if self.destructive else WRITE)
 
     @property
     def input_schema(self) -> dict[str, Any]:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from kb_bridge import __version__, shapes
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import render
+from kb_bridge.errors import NotFound
+from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 STATUS_OUTPUT = shapes.result(
@@ -23,16 +24,38 @@ class JobsArguments:
 JOBS_OUTPUT = shapes.result({"jobs": {"type": "array", "items": shapes.JOB}, "total": shapes.INT})
 
 
+# Engine-wide counts a collection-limited token does not get: they would tell what the others hold.
+ENGINE_WIDE_COUNTS = ("documents", "chunks", "vectors", "queue", "index")
+
+
 def status(ctx: ToolContext, args: a.NoArguments) -> Result:
     # The engine's status is passed through whole: it is the engine's to define (docs/engine-api.md).
-    return {"bridge": {"version": __version__}, "engine": ctx.engine.status()}
+    engine = ctx.engine.status()
+    if ctx.principal.limited:
+        engine = {key: value for key, value in engine.items() if key not in ENGINE_WIDE_COUNTS}
+    return {"bridge": {"version": __version__}, "engine": engine}
 
 
 def jobs(ctx: ToolContext, args: JobsArguments) -> Result:
     raw = ctx.engine.list_jobs(args.status, args.limit)
     listed = [shapes.job(j) for j in shapes.listed(raw, "jobs")]
+    if ctx.principal.limited:
+        # Jobs carry no collection: a limited token sees those whose document is in its collections.
+        listed = [job for job in listed if _job_visible(ctx, job)]
+        return {"jobs": listed, "total": len(listed)}
     total = raw.get("total")
     return {"jobs": listed, "total": total if isinstance(total, int) else len(listed)}
+
+
+def _job_visible(ctx: ToolContext, job: dict[str, object]) -> bool:
+    document_id = job["document_id"]
+    if not isinstance(document_id, int):
+        return False
+    try:
+        reach.visible_document(ctx.engine, ctx.principal, document_id)
+    except NotFound:
+        return False
+    return True
 
 
 def render_status(result: Result) -> str:

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from kb_bridge.auth.principal import WRITE
 from kb_bridge import collections, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, KbError, StorageError, StorageFull, UploadIncomplete
 from kb_bridge.tools import arguments as a
+from kb_bridge.tools import reach
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
 from kb_bridge.uploads.multipart import file_job_body
 from kb_bridge.uploads.names import extension, new_upload_id, safe_filename
@@ -98,6 +100,7 @@ def iso(timestamp: float) -> str:
 
 
 def start(ctx: ToolContext, args: StartArguments) -> Result:
+    reach.require_writable(ctx.principal, args.collection)
     limits = ctx.settings.uploads
     filename = safe_filename(args.filename)
     if "*" not in limits.extensions and extension(filename) not in limits.extensions:
@@ -391,6 +394,7 @@ TOOLS = [
         render=render_status,
         read_only=True,
         idempotent=True,
+        scope=WRITE,  # uploads are writing, start to finish
     ),
     ToolSpec(
         name="kb_upload_cancel",
@@ -404,5 +408,6 @@ TOOLS = [
         read_only=False,
         destructive=True,
         idempotent=True,
+        scope=WRITE,  # it drops staged bytes of one's own upload, never a stored document
     ),
 ]

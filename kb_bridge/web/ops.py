@@ -12,21 +12,27 @@ from flask.typing import ResponseReturnValue
 from kb_bridge import __version__
 from kb_bridge.client.versions import engine_version, version_problem
 from kb_bridge.errors import KbError
+from kb_bridge.auth.bearer import Authenticator  # the console (next step) signs in with it
+from kb_bridge.auth.tokens_file import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
+from kb_bridge.settings import OAuthSettings
 
 # Readiness probes run often and must answer fast, whatever the tool-call timeout is.
 READY_TIMEOUT = 2.0
 
 
-def metrics_keys(bridge: Bridge) -> list[bytes]:
-    """Digests of the tokens that open /metrics: KB_METRICS_TOKEN, else the MCP keys; none = open."""
+def metrics_keys(bridge: Bridge) -> list[bytes] | None:
+    """Digests of the tokens that open /metrics: KB_METRICS_TOKEN, else the MCP API keys; None = open
+    (only when no auth is configured at all: with named tokens or OAuth alone it stays shut)."""
     mcp = bridge.settings.mcp
     keys = [mcp.metrics_token] if mcp.metrics_token is not None else list(mcp.api_keys)
+    if not keys and not mcp.auth_enabled:
+        return None
     return [hashlib.sha256(k.reveal().encode()).digest() for k in keys]
 
 
-def _authorized(keys: list[bytes]) -> bool:
-    if not keys:
+def _authorized(keys: list[bytes] | None) -> bool:
+    if keys is None:
         return True
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -35,7 +41,18 @@ def _authorized(keys: list[bytes]) -> bool:
     return any([hmac.compare_digest(digest, key) for key in keys])
 
 
-def create_web_app(bridge: Bridge) -> Flask:
+def protected_resource_metadata(oauth: OAuthSettings) -> dict[str, object]:
+    """RFC 9728 protected-resource metadata for /mcp."""
+    return {
+        "resource": oauth.resource,
+        "authorization_servers": [oauth.issuer],
+        "scopes_supported": list(KNOWN_SCOPES),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "kb-bridge",
+    }
+
+
+def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None) -> Flask:
     app = Flask("kb_bridge.web")
     keys = metrics_keys(bridge)
 
@@ -64,6 +81,16 @@ def create_web_app(bridge: Bridge) -> Flask:
             return jsonify(error="invalid_token"), 401, {"WWW-Authenticate": 'Bearer realm="kb-bridge-metrics"'}
         body, content_type = bridge.metrics.exposition()
         return Response(body, content_type=content_type)
+
+    oauth = bridge.settings.mcp.oauth
+    if oauth.enabled:
+        metadata = protected_resource_metadata(oauth)
+
+        @app.get("/.well-known/oauth-protected-resource")
+        @app.get("/.well-known/oauth-protected-resource/mcp")
+        def resource_metadata() -> ResponseReturnValue:
+            # Public by design (RFC 9728): how a client finds the authorization server; browsers may read it.
+            return jsonify(metadata), 200, {"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Origin": "*"}
 
     @app.errorhandler(404)
     def not_found(_exc: Exception) -> ResponseReturnValue:

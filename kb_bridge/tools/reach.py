@@ -1,0 +1,172 @@
+"""What a principal can reach: the collections a token is limited to (a static token's `collections`, a
+JWT's `kb_collections` claim), applied to every read and write before or around the engine calls.
+
+For a limited principal, a document in another collection does not exist: reading it is NOT_FOUND with
+the very message a missing one gets, listings and counts leave it out, searches never return it. A write
+into another collection is FORBIDDEN before any engine call; an update or delete of a document elsewhere
+reads it first (to learn its collection) and then behaves as for a missing document. An unlimited principal
+(every principal without such a limit) costs nothing extra: each helper passes straight through.
+
+The engine filters by tags that must all match, so a principal limited to several collections is served by
+one engine call per collection: searches are merged by score, listings by update time with a cursor that
+keeps one offset per collection (docs/architecture.md, "Authorization").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import heapq
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from kb_bridge import collections, shapes
+from kb_bridge.auth.principal import Principal
+from kb_bridge.client.engine import EngineClient
+from kb_bridge.errors import Forbidden, InvalidArgument, NotFound
+
+Params = list[tuple[str, Any]]
+
+
+def require_writable(principal: Principal, collection: str) -> None:
+    """FORBIDDEN, before any engine call, for a write into a collection the principal does not have."""
+    if not principal.sees(collection):
+        allowed = ", ".join(sorted(principal.collections or ()))
+        raise Forbidden(
+            f"this token may only write to its own collections ({allowed or 'none'}); {collection!r} is not one of them",
+            collection=collection,
+        )
+
+
+def visible_document(engine: EngineClient, principal: Principal, document_id: int) -> dict[str, Any]:
+    """The engine's document, or NOT_FOUND (the engine's own wording) when it is outside the principal's reach."""
+    raw = engine.get_document(document_id)
+    if principal.limited and not principal.sees(shapes.document(raw)["collection"]):
+        raise NotFound(f"document {document_id} not found")
+    return raw
+
+
+def visible_chunk(engine: EngineClient, principal: Principal, chunk_id: int) -> dict[str, Any]:
+    raw = engine.get_chunk(chunk_id)
+    if principal.limited and not principal.sees(shapes.chunk(raw)["collection"]):
+        raise NotFound(f"chunk {chunk_id} not found")
+    return raw
+
+
+def scopes_for_search(principal: Principal, requested: str | None) -> list[str | None]:
+    """The collection filter of each engine search to run: [requested] (or [None]: everything) for an
+    unlimited principal; for a limited one its collections, or none at all when it asks for another."""
+    if not principal.limited:
+        return [requested]
+    if requested is not None:
+        return [requested] if principal.sees(requested) else []
+    return [*sorted(principal.collections or ())]
+
+
+def merged_by_score(batches: Sequence[list[dict[str, Any]]], top: int) -> list[dict[str, Any]]:
+    """The best `top` hits of several searches' hits (each best first)."""
+    if len(batches) == 1:
+        return batches[0][:top]
+    hits = [hit for batch in batches for hit in batch]
+    hits.sort(key=_score, reverse=True)
+    return hits[:top]
+
+
+def _score(hit: dict[str, Any]) -> float:
+    score = hit.get("score")
+    return float(score) if isinstance(score, (int, float)) else float("-inf")
+
+
+# --- pages of documents ------------------------------------------------------------------------
+
+
+def encode_cursor(state: int | dict[str, int]) -> str:
+    key = "o" if isinstance(state, int) else "m"
+    return base64.urlsafe_b64encode(json.dumps({key: state}).encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, field: str) -> Any:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidArgument(field, "is not a cursor this server returned") from None
+    if not isinstance(data, dict) or len(data) != 1:
+        raise InvalidArgument(field, "is not a cursor this server returned")
+    return data
+
+
+def decode_cursor(cursor: str, field: str = "cursor") -> int:
+    """The offset of a single-listing cursor."""
+    offset = _decode(cursor, field).get("o")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidArgument(field, "is not a cursor this server returned")
+    return offset
+
+
+def _decode_offsets(cursor: str, names: Sequence[str], field: str) -> dict[str, int]:
+    offsets = _decode(cursor, field).get("m")
+    if not isinstance(offsets, dict) or set(offsets) != set(names) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in offsets.values()
+    ):
+        raise InvalidArgument(field, "is not a cursor this server returned (for this token)")
+    return offsets
+
+
+def page_of_documents(
+    engine: EngineClient, principal: Principal, params: Params, collection: str | None, tags: Sequence[str],
+    limit: int, cursor: str | None, field: str = "cursor",
+) -> tuple[list[dict[str, Any]], int, str | None]:
+    """One page of the engine's documents the principal may see: (raw documents, total, next cursor).
+
+    `params` are the engine filters other than tags; `collection` and `tags` filter as in kb_list."""
+    names = scopes_for_search(principal, collection)
+    user_tags = collections.check_user_tags(tags)
+    if not names:
+        if cursor is not None:
+            decode_cursor(cursor, field)
+        return [], 0, None
+    if len(names) == 1:
+        offset = decode_cursor(cursor, field) if cursor is not None else 0
+        tag_params = [("tag", t) for t in collections.tags_with_collection(names[0], user_tags)]
+        raw = engine.list_documents([*params, *tag_params, ("limit", limit), ("offset", offset)])
+        docs = shapes.listed(raw, "documents")
+        total = _total(raw, docs)
+        following = offset + len(docs)
+        return docs, total, encode_cursor(following) if docs and following < total else None
+    return _merged_page(engine, params, [n for n in names if n is not None], user_tags, limit, cursor, field)
+
+
+def _merged_page(
+    engine: EngineClient, params: Params, names: list[str], tags: list[str], limit: int, cursor: str | None, field: str
+) -> tuple[list[dict[str, Any]], int, str | None]:
+    offsets = _decode_offsets(cursor, names, field) if cursor is not None else dict.fromkeys(names, 0)
+    pages: dict[str, list[dict[str, Any]]] = {}
+    total = 0
+    for name in names:
+        tag_params = [("tag", t) for t in collections.tags_with_collection(name, tags)]
+        raw = engine.list_documents([*params, *tag_params, ("limit", limit), ("offset", offsets[name])])
+        pages[name] = shapes.listed(raw, "documents")
+        total += _total(raw, pages[name], offsets[name])
+    # Each page is newest update first; merge them in that order, taking `limit` in all.
+    merged = heapq.merge(*[[(_update_key(doc), name, doc) for doc in page] for name, page in pages.items()],
+                         key=lambda item: item[0], reverse=True)
+    taken: list[dict[str, Any]] = []
+    for _key, name, doc in merged:
+        if len(taken) == limit:
+            break
+        taken.append(doc)
+        offsets[name] += 1
+    following = sum(offsets.values())
+    return taken, total, encode_cursor(offsets) if taken and following < total else None
+
+
+def _update_key(doc: dict[str, Any]) -> tuple[str, int]:
+    updated = doc.get("updated_at")
+    ident = doc.get("id")
+    return (updated if isinstance(updated, str) else "", ident if isinstance(ident, int) else 0)
+
+
+def _total(raw: dict[str, Any], docs: list[Any], offset: int = 0) -> int:
+    total = raw.get("total")
+    return total if isinstance(total, int) else offset + len(docs)

@@ -1,0 +1,539 @@
+"""Authorization end to end: a real authorization server on loopback (kb_bridge/testing/oauth_server.py), a
+real gunicorn bridge with OAuth, a tokens file made by `kb-bridge token new` and an API key all on at once,
+the real local engine, and the official MCP Python client presenting the tokens.
+
+Every document here lives in collections named for this module, so other modules sharing the engine
+cannot disturb the counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+import requests
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from mcp.shared.auth import ProtectedResourceMetadata
+
+from tests.e2e.conftest import ENGINE_KEY
+from tests.e2e.mcp_client import connect
+from tests.e2e.test_ts_client import Step, node, run as run_ts, tool as ts_tool
+
+__all__ = ["node"]  # the TypeScript client's fixture, shared with tests/e2e/test_ts_client.py
+from kb_bridge.testing.mcp_http import MODERN_META, modern_call
+from kb_bridge.testing.oauth_server import AuthServer, new_key
+from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
+
+pytestmark = pytest.mark.anyio
+
+ADMIN = "admin-key-authz-0123456789abcdef"
+SUFFIX = f"{os.getpid()}"
+MEM, NOTES, SECRET = f"authz-mem-{SUFFIX}", f"authz-notes-{SUFFIX}", f"authz-secret-{SUFFIX}"
+MARKER = f"zebracorn{SUFFIX}"
+READ_TOOLS = {"kb_search", "kb_get", "kb_list", "kb_collections", "kb_related", "kb_status", "kb_jobs"}
+WRITE_TOOLS = {"kb_addnote", "kb_update_note", "kb_upload_start", "kb_upload_chunk", "kb_upload_finish",
+               "kb_upload_status", "kb_upload_cancel"}
+
+
+def token_new(*args: str) -> tuple[str, str]:
+    """`kb-bridge token new ...` as a person runs it: (the token, the TOML entry), from what it prints."""
+    done = subprocess.run([sys.executable, "-m", "kb_bridge", "token", "new", *args], capture_output=True, text=True,
+                          cwd=REPO, env=clean_env({}), timeout=60, check=True)
+    token, _, entry = done.stdout.partition("\n\n")
+    assert "[[token]]" in entry and token not in entry
+    return token.strip(), entry
+
+
+@dataclass
+class Setup:
+    bridge: Service
+    auth: AuthServer
+    public_url: str
+    reader: str  # static: kb:read, MEM only
+    pair: str  # static: read + write + delete, MEM and NOTES
+    docs: dict[str, int]
+
+    @property
+    def metadata_url(self) -> str:
+        return self.public_url + "/.well-known/oauth-protected-resource/mcp"
+
+    def jwt(self, **claims: Any) -> str:
+        return self.auth.token(**claims)
+
+
+def admin_call(url: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    reply = modern_call(url, ADMIN, tool, arguments)
+    result = reply["result"]
+    assert isinstance(result, dict) and not result.get("isError"), reply
+    return dict(result["structuredContent"])
+
+
+@pytest.fixture(scope="module")
+def setup(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    tmp = tmp_path_factory.mktemp("authz")
+    port = free_port()
+    public_url = f"http://127.0.0.1:{port}"
+    auth = AuthServer(discovery="rfc8414", audience=public_url + "/mcp").start()
+    reader, reader_entry = token_new("reader", "--scopes", "kb:read", "--collections", MEM)
+    pair, pair_entry = token_new("pair-agent", "--scopes", "kb:read,kb:write,kb:delete", "--collections", f"{MEM},{NOTES}")
+    tokens_file = tmp / "tokens.toml"
+    tokens_file.write_text(reader_entry + "\n" + pair_entry)
+    env = {
+        "KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": ADMIN,
+        "KB_MCP_TOKENS_FILE": str(tokens_file), "KB_OAUTH_ISSUER": auth.issuer, "KB_PUBLIC_URL": public_url,
+    }
+    bridge = start_bridge(tmp, env, workers=2, port=port)
+    docs = {}
+    for name, collection in (("mem", MEM), ("mem2", MEM), ("notes", NOTES), ("secret", SECRET)):
+        added = admin_call(bridge.url, "kb_addnote", {
+            "text": f"{MARKER} {name}: the {name} note says where the {name} keys are kept.",
+            "collection": collection, "title": f"{name} {MARKER}", "source_path": f"authz/{name}-{SUFFIX}.md", "wait": True,
+        })
+        assert added["status"] == "done", added
+        docs[name] = int(added["document_id"])
+    yield Setup(bridge, auth, public_url, reader, pair, docs)
+    bridge.stop()
+    auth.stop()
+
+
+def post(setup: Setup, token: str | None, body: dict[str, Any]) -> requests.Response:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": body["method"]}
+    name = body["params"].get("name") or body["params"].get("uri")
+    if name:
+        headers["Mcp-Name"] = name
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return requests.post(setup.bridge.url + "/mcp", json=body, headers=headers, timeout=30)
+
+
+def tool_body(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": MODERN_META}}
+
+
+def job_count(engine: Service) -> int:
+    response = requests.get(engine.url + "/api/v1/jobs", params={"limit": 1},
+                            headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=10)
+    return int(response.json()["total"])
+
+
+def engine_document(engine: Service, document_id: int) -> dict[str, Any] | None:
+    response = requests.get(f"{engine.url}/api/v1/documents/{document_id}",
+                            headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=10)
+    return None if response.status_code == 404 else dict(response.json())
+
+
+# --- metadata and challenges -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"])
+def test_protected_resource_metadata(setup: Setup, path: str) -> None:
+    response = requests.get(setup.bridge.url + path, timeout=10)
+    assert response.status_code == 200
+    document = response.json()
+    assert document["resource"] == setup.public_url + "/mcp"
+    assert document["authorization_servers"] == [setup.auth.issuer]
+    assert document["scopes_supported"] == ["kb:read", "kb:write", "kb:delete"]
+    assert document["bearer_methods_supported"] == ["header"]
+    ProtectedResourceMetadata.model_validate(document)  # the SDK's own model of RFC 9728 accepts it
+
+
+def test_no_token_is_401_naming_the_metadata(setup: Setup, engine: Service) -> None:
+    before = job_count(engine)
+    response = post(setup, None, tool_body("kb_addnote", {"text": "never stored", "collection": MEM}))
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == f'Bearer resource_metadata="{setup.metadata_url}"'
+    assert job_count(engine) == before
+
+
+def bad_tokens(auth: AuthServer) -> dict[str, str]:
+    now = int(time.time())
+    key = auth.keys[-1]
+    header, payload, signature = auth.token().split(".")
+    return {
+        "malformed": "abc.def.ghi",
+        "expired": auth.token(exp=now - 600),
+        "not yet valid": auth.token(nbf=now + 600),
+        "wrong issuer": auth.token(iss="http://127.0.0.1:9/not-the-issuer"),
+        "wrong audience": auth.token(aud="http://127.0.0.1:9/mcp"),
+        "unknown kid": auth.token(key=new_key()),
+        "bad signature": f"{header}.{payload[:-4]}AAAA.{signature}",
+        "alg none": jwt.encode({"iss": auth.issuer, "aud": auth.audience, "sub": "x", "exp": now + 60}, None,
+                               algorithm="none", headers={"kid": key.kid}),
+        "hs256 with the public key": hs256_with_public_key(auth),
+        "a static token nobody configured": "static-token-nobody-configured-0123456789",
+    }
+
+
+def hs256_with_public_key(auth: AuthServer) -> str:
+    key = auth.keys[0]
+    secret = key.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": key.kid}).encode())
+    body = b64(json.dumps({"iss": auth.issuer, "aud": auth.audience, "sub": "x", "exp": int(time.time()) + 60}).encode())
+    return (head + b"." + body + b"." + b64(hmac.new(secret, head + b"." + body, hashlib.sha256).digest())).decode()
+
+
+def test_every_bad_token_is_401_invalid_token_and_reaches_nothing(setup: Setup, engine: Service) -> None:
+    before = job_count(engine)
+    for kind, token in bad_tokens(setup.auth).items():
+        response = post(setup, token, tool_body("kb_addnote", {"text": "never stored", "collection": MEM}))
+        assert response.status_code == 401, kind
+        challenge = response.headers["WWW-Authenticate"]
+        assert f'resource_metadata="{setup.metadata_url}"' in challenge, kind
+        assert 'error="invalid_token"' in challenge, kind
+    assert job_count(engine) == before
+
+
+# --- scopes ------------------------------------------------------------------------------------
+
+
+async def test_tools_list_shows_only_what_the_scopes_allow(setup: Setup) -> None:
+    expectations = {
+        "kb:read": READ_TOOLS,
+        "kb:read kb:write": READ_TOOLS | WRITE_TOOLS,
+        "kb:read kb:write kb:delete": READ_TOOLS | WRITE_TOOLS | {"kb_delete"},
+        "kb:delete": {"kb_delete"},
+    }
+    for scope, expected in expectations.items():
+        async with connect(setup.bridge.url, setup.jwt(scope=scope)) as client:
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+        assert listed == expected, scope
+
+
+@pytest.mark.parametrize(("scope", "tool", "arguments", "needed"), [
+    ("kb:read", "kb_addnote", {"text": "x", "collection": MEM}, "kb:write"),
+    ("kb:read kb:write", "kb_delete", {"document_id": 1}, "kb:delete"),
+    ("kb:write", "kb_search", {"query": "x"}, "kb:read"),
+    ("kb:read", "kb_upload_start", {"filename": "a.txt", "total_size": 1}, "kb:write"),
+])
+def test_a_call_without_its_scope_is_403_step_up(setup: Setup, engine: Service, scope: str, tool: str,
+                                                 arguments: dict[str, Any], needed: str) -> None:
+    before = job_count(engine)
+    response = post(setup, setup.jwt(scope=scope), tool_body(tool, arguments))
+    assert response.status_code == 403
+    assert response.headers["WWW-Authenticate"] == (
+        f'Bearer error="insufficient_scope", scope="{needed}", resource_metadata="{setup.metadata_url}"'
+    )
+    assert job_count(engine) == before
+
+
+def test_delete_needs_kb_delete_and_the_document_stays(setup: Setup, engine: Service) -> None:
+    response = post(setup, setup.jwt(scope="kb:read kb:write"), tool_body("kb_delete", {"document_id": setup.docs["mem2"]}))
+    assert response.status_code == 403
+    assert engine_document(engine, setup.docs["mem2"]) is not None
+
+
+def test_resources_need_kb_read(setup: Setup) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+            "params": {"uri": f"kb://document/{setup.docs['mem']}", "_meta": MODERN_META}}
+    response = post(setup, setup.jwt(scope="kb:write"), body)
+    assert response.status_code == 403
+    assert 'scope="kb:read"' in response.headers["WWW-Authenticate"]
+
+
+# --- collection limits, on every tool ------------------------------------------------------------
+
+
+async def call(client: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, f"{tool}: {result.content[0].text}"
+    return dict(result.structured_content)
+
+
+async def error_of(client: Any, tool: str, arguments: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} should have failed: {result.structured_content}"
+    return str(result.structured_content["error"]["code"])
+
+
+def limited_tokens(setup: Setup) -> list[tuple[str, str, set[str]]]:
+    """(label, token, the collections it sees): a JWT limited by kb_collections, and a static named token
+    limited to two collections."""
+    return [
+        ("jwt", setup.jwt(sub="memory-agent", kb_collections=[MEM]), {MEM}),
+        ("static", setup.pair, {MEM, NOTES}),
+    ]
+
+
+async def test_collection_limits_on_the_read_tools(setup: Setup) -> None:
+    visible_of = {MEM: {"mem", "mem2"}, NOTES: {"notes"}}
+    for label, token, collections in limited_tokens(setup):
+        visible = {setup.docs[n] for c in collections for n in visible_of[c]}
+        hidden = set(setup.docs.values()) - visible
+        async with connect(setup.bridge.url, token) as client:
+            found = await call(client, "kb_search", {"query": MARKER, "top": 50})
+            ids = {hit["document_id"] for hit in found["results"]}
+            assert ids == visible, label
+            for mode in ("fts", "vector"):
+                found = await call(client, "kb_search", {"query": MARKER, "top": 50, "mode": mode})
+                assert not {hit["document_id"] for hit in found["results"]} & hidden, (label, mode)
+            assert (await call(client, "kb_search", {"query": MARKER, "collection": SECRET}))["results"] == []
+
+            for document_id in hidden:
+                assert await error_of(client, "kb_get", {"document_id": document_id}) == "NOT_FOUND"
+            assert (await call(client, "kb_get", {"source_path": f"authz/secret-{SUFFIX}.md"}))["documents"] == []
+            mine = await call(client, "kb_get", {"source_path": f"authz/mem-{SUFFIX}.md"})
+            assert [d["id"] for d in mine["documents"]] == [setup.docs["mem"]]
+
+            listed = await call(client, "kb_list", {"limit": 100})
+            listed_ids = {d["id"] for d in listed["documents"]}
+            assert visible <= listed_ids and not listed_ids & hidden, label
+            assert listed["total"] == len(listed["documents"])
+            assert {d["collection"] for d in listed["documents"]} <= collections
+            secret_list = await call(client, "kb_list", {"collection": SECRET})
+            assert secret_list["documents"] == [] and secret_list["total"] == 0
+
+            # Page by page (one per page): every visible document exactly once, in update order.
+            seen: list[int] = []
+            cursor = None
+            while True:
+                page = await call(client, "kb_list", {"limit": 1, **({"cursor": cursor} if cursor else {})})
+                seen += [d["id"] for d in page["documents"]]
+                assert page["total"] == listed["total"]
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
+            assert seen == [d["id"] for d in listed["documents"]], label
+
+            names = {c["name"] for c in (await call(client, "kb_collections", {}))["collections"]}
+            assert names == collections, label
+            assert await error_of(client, "kb_collections", {"name": SECRET}) == "NOT_FOUND"
+            counted = (await call(client, "kb_collections", {"name": MEM}))["collections"][0]
+            assert counted["documents"] == 2
+
+            assert await error_of(client, "kb_related", {"document_id": setup.docs["secret"]}) == "NOT_FOUND"
+            related = await call(client, "kb_related", {"document_id": setup.docs["mem"], "top": 10})
+            assert not {hit["document_id"] for hit in related["results"]} & hidden, label
+
+            jobs = await call(client, "kb_jobs", {"limit": 100})
+            assert all(job["document_id"] in visible or job["document_id"] not in hidden for job in jobs["jobs"])
+            assert all(job["document_id"] != setup.docs["secret"] for job in jobs["jobs"])
+
+            status = await call(client, "kb_status", {})
+            assert "documents" not in status["engine"] and "chunks" not in status["engine"]
+
+
+async def test_collection_limits_on_resources(setup: Setup) -> None:
+    token = setup.jwt(sub="memory-agent", kb_collections=[MEM])
+    async with connect(setup.bridge.url, token) as client:
+        listed = await client.list_resources()
+        uris = {str(r.uri) for r in listed.resources}
+        assert f"kb://document/{setup.docs['mem']}" in uris
+        assert f"kb://document/{setup.docs['secret']}" not in uris
+        assert f"kb://document/{setup.docs['notes']}" not in uris
+        text = (await client.read_resource(f"kb://document/{setup.docs['mem']}")).contents[0].text
+        assert MARKER in text
+        for uri in (f"kb://document/{setup.docs['secret']}", f"kb://collection/{SECRET}"):
+            with pytest.raises(Exception) as caught:
+                await client.read_resource(uri)
+            assert "not found" in str(caught.value).lower() or "no documents" in str(caught.value).lower()
+        collection = (await client.read_resource(f"kb://collection/{MEM}")).contents[0].text
+        assert "2 document(s)" in collection
+
+
+async def test_collection_limits_on_the_write_tools(setup: Setup, engine: Service) -> None:
+    token = setup.jwt(sub="memory-agent", kb_collections=[MEM])
+    secret_id = setup.docs["secret"]
+    secret_before = engine_document(engine, secret_id)
+    jobs_before = job_count(engine)
+    async with connect(setup.bridge.url, token) as client:
+        assert await error_of(client, "kb_addnote", {"text": "leak", "collection": SECRET}) == "FORBIDDEN"
+        assert await error_of(client, "kb_addnote", {"text": "leak"}) == "FORBIDDEN"  # the default collection is not its own
+        assert await error_of(client, "kb_upload_start", {"filename": "a.txt", "total_size": 3, "collection": SECRET}) == "FORBIDDEN"
+        assert job_count(engine) == jobs_before
+
+        assert await error_of(client, "kb_update_note", {"document_id": secret_id, "text": "overwritten"}) == "NOT_FOUND"
+        assert await error_of(client, "kb_update_note", {"document_id": secret_id, "collection": MEM}) == "NOT_FOUND"
+        assert await error_of(client, "kb_update_note", {"document_id": setup.docs["mem2"], "collection": SECRET}) == "FORBIDDEN"
+        deleted = await call(client, "kb_delete", {"document_id": secret_id})
+        assert deleted["deleted"] is False
+
+        secret_after = engine_document(engine, secret_id)
+        assert secret_after is not None and secret_before is not None
+        assert secret_after["version"] == secret_before["version"] and secret_after["tags"] == secret_before["tags"]
+        mem2 = engine_document(engine, setup.docs["mem2"])
+        assert mem2 is not None and f"collection:{MEM}" in mem2["tags"]
+
+        # Its own collection works: add, update, delete.
+        added = await call(client, "kb_addnote", {"text": f"{MARKER} scratch", "collection": MEM, "wait": True})
+        updated = await call(client, "kb_update_note", {"document_id": added["document_id"], "text": f"{MARKER} scratch 2"})
+        assert updated["version"] == 2
+        assert (await call(client, "kb_delete", {"document_id": added["document_id"]}))["deleted"] is True
+
+
+# --- static tokens, logs -----------------------------------------------------------------------
+
+
+async def test_static_named_tokens_as_printed_by_token_new(setup: Setup) -> None:
+    async with connect(setup.bridge.url, setup.reader) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
+        found = await call(client, "kb_search", {"query": MARKER, "top": 50})
+        assert {hit["document_id"] for hit in found["results"]} == {setup.docs["mem"], setup.docs["mem2"]}
+    response = post(setup, setup.reader, tool_body("kb_addnote", {"text": "x", "collection": MEM}))
+    assert response.status_code == 403
+    assert response.headers["WWW-Authenticate"].startswith('Bearer error="insufficient_scope", scope="kb:write"')
+
+
+async def test_the_api_key_stays_full_access(setup: Setup) -> None:
+    async with connect(setup.bridge.url, ADMIN) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS | WRITE_TOOLS | {"kb_delete"}
+        names = {c["name"] for c in (await call(client, "kb_collections", {}))["collections"]}
+        assert {MEM, NOTES, SECRET} <= names
+
+
+async def test_logs_name_the_principal_and_never_a_token(setup: Setup) -> None:
+    jwt_token = setup.jwt(sub=f"log-subject-{SUFFIX}", kb_collections=[MEM])
+    async with connect(setup.bridge.url, jwt_token) as client:
+        await call(client, "kb_search", {"query": MARKER})
+    async with connect(setup.bridge.url, setup.reader) as client:
+        await call(client, "kb_search", {"query": MARKER})
+
+    def logged() -> bool:
+        return f'"caller": "log-subject-{SUFFIX}"' in setup.bridge.log() and '"caller": "reader"' in setup.bridge.log()
+
+    wait_until(logged, 10, what="both principals in the access log")
+    log = setup.bridge.log_path.read_text()
+    for secret in (jwt_token, jwt_token.split(".")[2], setup.reader, setup.pair, ADMIN):
+        assert secret not in log
+
+
+# --- keys ----------------------------------------------------------------------------------------
+
+
+def test_key_rotation_a_new_key_is_accepted_within_a_minute(setup: Setup) -> None:
+    key = setup.auth.rotate(keep_old=True)
+    token = setup.auth.token(key=key)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN_META}}
+    # Each worker fetches the new key set at its own pace, at most once per REFETCH_INTERVAL: ask until
+    # both have answered 200 a few times in a row.
+    ok_in_a_row = [0]
+
+    def accepted() -> bool:
+        ok_in_a_row[0] = ok_in_a_row[0] + 1 if post(setup, token, body).status_code == 200 else 0
+        return ok_in_a_row[0] >= 6
+
+    wait_until(accepted, 60, interval=0.5, what="the rotated key to be accepted")
+
+
+def test_a_burst_of_unknown_kids_costs_far_fewer_fetches(setup: Setup) -> None:
+    before = setup.auth.jwks_fetches
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN_META}}
+    for _ in range(30):
+        assert post(setup, setup.auth.token(key=new_key()), body).status_code == 401
+    # At most one fetch per worker per window (two workers), whatever the burst.
+    assert setup.auth.jwks_fetches - before <= 4
+
+
+# --- other configurations ---------------------------------------------------------------------------
+
+
+def test_oidc_discovery_and_the_audience_override(engine: Service, tmp_path: Path) -> None:
+    auth = AuthServer(discovery="oidc", issuer_path="/realms/kb", audience="api://kb-bridge").start()
+    try:
+        env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_OAUTH_ISSUER": auth.issuer,
+               "KB_PUBLIC_URL": "https://kb.example.test", "KB_OAUTH_AUDIENCE": "api://kb-bridge"}
+        bridge = start_bridge(tmp_path, env, workers=1)
+        try:
+            assert modern_call(bridge.url, auth.token(), "kb_status", {})["result"]["isError"] is False  # type: ignore[index]
+            wrong = requests.post(bridge.url + "/mcp", json=tool_body("kb_status", {}), timeout=10, headers={
+                "Authorization": f"Bearer {auth.token(aud='https://kb.example.test/mcp')}",
+                "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28"})
+            assert wrong.status_code == 401
+            metadata = requests.get(bridge.url + "/.well-known/oauth-protected-resource", timeout=10).json()
+            assert metadata["resource"] == "https://kb.example.test/mcp"
+            assert auth.requests["/realms/kb/.well-known/openid-configuration"] >= 1
+        finally:
+            bridge.stop()
+    finally:
+        auth.stop()
+
+
+def test_jwks_url_override(engine: Service, tmp_path: Path) -> None:
+    auth = AuthServer(discovery="none").start()  # no metadata at all: only the key set
+    try:
+        public = f"http://127.0.0.1:{free_port()}"
+        auth.audience = public + "/mcp"
+        env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_OAUTH_ISSUER": auth.issuer,
+               "KB_PUBLIC_URL": public, "KB_OAUTH_JWKS_URL": auth.jwks_uri}
+        bridge = start_bridge(tmp_path, env, workers=1)
+        try:
+            assert modern_call(bridge.url, auth.token(), "kb_status", {})["result"]["isError"] is False  # type: ignore[index]
+        finally:
+            bridge.stop()
+    finally:
+        auth.stop()
+
+
+def test_an_unreachable_issuer_is_logged_and_keeps_the_door_shut(engine: Service, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    public = f"http://127.0.0.1:{free_port()}"
+    auth = AuthServer(audience=public + "/mcp")  # never started: its keys sign, nobody publishes them
+    env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_OAUTH_ISSUER": dead, "KB_PUBLIC_URL": public,
+           "KB_MCP_API_KEY": ADMIN}
+    bridge = start_bridge(tmp_path, env, workers=1)
+    try:
+        wait_until(lambda: "cannot fetch the OAuth issuer's signing keys" in bridge.log(), 20, what="the issuer problem logged")
+        assert "retrying" in bridge.log()
+        token = auth.token(iss=dead)
+        response = requests.post(bridge.url + "/mcp", json=tool_body("kb_status", {}), timeout=10, headers={
+            "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28"})
+        assert response.status_code == 401
+        assert modern_call(bridge.url, ADMIN, "kb_status", {})["result"]["isError"] is False  # type: ignore[index]
+    finally:
+        bridge.stop()
+        auth.stop()
+
+
+@pytest.mark.parametrize(("content", "named"), [
+    ('[[token]]\nname = "ok"\nsha256 = "' + "a" * 64 + '"\nscopes = ["kb:read"]\n\n[[token]]\nname = "bad"\nsha256 = "xyz"\nscopes = ["kb:read"]\n',
+     "token #2 ('bad')"),
+    ('[[token]]\nname = "wide"\nsha256 = "' + "b" * 64 + '"\nscopes = ["kb:admin"]\n', "token #1 ('wide')"),
+])
+def test_a_tokens_file_with_a_bad_entry_stops_the_bridge_naming_it(tmp_path: Path, content: str, named: str) -> None:
+    path = tmp_path / "tokens.toml"
+    path.write_text(content)
+    done = subprocess.run([sys.executable, "-m", "kb_bridge", "serve"], capture_output=True, text=True, timeout=60,
+                          cwd=REPO, env=clean_env({"KB_MCP_TOKENS_FILE": str(path), "KB_BIND": f"127.0.0.1:{free_port()}"}))
+    assert done.returncode == 2
+    assert "KB_MCP_TOKENS_FILE" in done.stderr and named in done.stderr
+    assert re.search(r"sha256|scope", done.stderr)
+
+
+# --- the TypeScript SDK client (Inspector, Claude Code) with an access token ---------------------------
+
+
+def test_typescript_client_with_a_limited_read_only_token(node: str, setup: Setup, tmp_path: Path) -> None:
+    token = setup.jwt(sub="ts-agent", scope="kb:read", kb_collections=[MEM])
+    plan = [
+        Step("listTools"),
+        ts_tool("kb_search", {"query": MARKER, "top": 20}),
+        ts_tool("kb_get", {"document_id": setup.docs["secret"]}, "NOT_FOUND"),
+        ts_tool("kb_collections", {}),
+        ts_tool("kb_addnote", {"text": "x", "collection": MEM}),  # 403: the client throws
+    ]
+    outputs = run_ts(node, {"kind": "http", "url": setup.bridge.url + "/mcp", "token": token}, plan, tmp_path)
+    assert {t["name"] for t in outputs[0]["result"]["tools"]} == READ_TOOLS
+    hits = outputs[1]["result"]["structuredContent"]["results"]
+    assert {h["document_id"] for h in hits} == {setup.docs["mem"], setup.docs["mem2"]}
+    assert outputs[2]["result"]["isError"] is True and outputs[2]["result"]["content"][0]["text"].startswith("NOT_FOUND: ")
+    assert [c["name"] for c in outputs[3]["result"]["structuredContent"]["collections"]] == [MEM]
+    assert outputs[4]["ok"] is False and "insufficient_scope" in outputs[4]["error"]["message"]
