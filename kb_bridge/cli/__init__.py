@@ -1,4 +1,5 @@
-"""The `kb-bridge` command: serve | stdio | engine | demo | check | ingest | migrate | token | tools."""
+"""The `kb-bridge` command: serve | stdio | engine | demo | check | ingest | migrate | token | tools, and for
+people: search | add | get | delete | export | import | backup."""
 
 from __future__ import annotations
 
@@ -85,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("--collections", metavar="NAMES", help="comma-separated collections the token is limited to (default: all)")
     new.add_argument("--json", action="store_true", help="print the token and the entry as JSON")
 
+    from kb_bridge.cli import backup, people, transfer
+
+    people.add_arguments(commands)
+    transfer.add_arguments(commands)
+    backup.add_arguments(commands)
+
     tools_cmd = commands.add_parser("tools", help="list the tools this configuration offers, with their size in tools/list")
     tools_cmd.add_argument("--json", action="store_true", help="print the tools/list payload itself")
     return parser
@@ -112,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kb_bridge.cli.migrate import run_migrate
 
         return run_migrate(args)
+    if args.command == "backup":
+        from kb_bridge.cli.backup import run_backup
+
+        return run_backup(args)
     try:
         settings = load_settings()
         if args.command == "stdio":
@@ -133,6 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_check(settings, as_json=args.json)
     if args.command == "ingest":
         return _ingest(settings, args)
+    if args.command in ("search", "add", "get", "delete"):
+        from kb_bridge.cli.people import run_people_command
+
+        configure_logging("WARNING", False, settings.secrets())
+        return run_people_command(args, settings)
+    if args.command in ("export", "import"):
+        from kb_bridge.cli.transfer import run_export, run_import
+
+        configure_logging("WARNING", False, settings.secrets())
+        return (run_export if args.command == "export" else run_import)(args, settings)
     if args.command == "demo":
         from kb_bridge.cli.demo import run_demo
 

@@ -244,6 +244,14 @@ class EngineClient:
         )
         return self._json(call)
 
+    def get_original(self, document_id: int) -> tuple[bytes, str]:
+        """(the bytes, their content type) of a file as uploaded, or a note's text (engine 3.6)."""
+        path = f"{API}/documents/{segment(document_id)}/original"
+        call = Call("GET", path, "GET /documents/{id}/original", f"original of document {document_id}", safe=True,
+                    expect_body=False)
+        response = self._run(lambda: self._send(call), call)
+        return response.content, response.headers.get("Content-Type", "application/octet-stream")
+
     def list_tags(self, prefix: str | None = None) -> dict[str, Any]:
         params = {"prefix": prefix} if prefix else None
         return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", safe=True, params=params))

@@ -12,10 +12,11 @@ from flask.typing import ResponseReturnValue
 from kb_bridge import __version__
 from kb_bridge.client.versions import engine_version, version_problem
 from kb_bridge.errors import KbError
-from kb_bridge.auth.bearer import Authenticator  # the console (next step) signs in with it
+from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.tokens_file import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import OAuthSettings
+from kb_bridge.web.console import console_blueprint
 
 # Readiness probes run often and must answer fast, whatever the tool-call timeout is.
 READY_TIMEOUT = 2.0
@@ -54,7 +55,10 @@ def protected_resource_metadata(oauth: OAuthSettings) -> dict[str, object]:
 
 def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None) -> Flask:
     app = Flask("kb_bridge.web")
+    # Uploads through the console stream to the engine; Flask's own limit would stop them first.
+    app.config["MAX_CONTENT_LENGTH"] = bridge.settings.uploads.max_bytes + 1024 * 1024
     keys = metrics_keys(bridge)
+    app.register_blueprint(console_blueprint(bridge, authenticator or Authenticator(bridge.settings.mcp)))
 
     @app.get("/healthz")
     def healthz() -> ResponseReturnValue:

@@ -241,3 +241,30 @@ def test_large_upload_is_hashed_and_chunked_whole(client: FlaskClient) -> None:
 
     assert job["status"] == "done" and document["sha256"] == hashlib.sha256(data).hexdigest()
     assert document["size_bytes"] == len(data) and document["chunk_count"] > 100
+
+
+def test_original_returns_the_uploaded_bytes_and_a_notes_text(client: FlaskClient) -> None:
+    data = make_pdf("Nightjars hunt at dusk.")
+    job = wait_job(client, upload(client, "nächte report.pdf", data, tags=["collection:documents"]).json["id"])
+    original = client.get(f"{API}/documents/{job['document_id']}/original")
+    assert original.status_code == 200
+    assert original.data == data
+    assert original.headers["Content-Type"] == "application/pdf"
+    disposition = original.headers["Content-Disposition"]
+    assert disposition.startswith('attachment; filename="n_chte report.pdf"')
+    assert "filename*=UTF-8''n%C3%A4chte%20report.pdf" in disposition
+
+    big = bytes(range(256)) * 12_000  # ~3 MB: more than one piece of the streamed copy
+    big = b"words " + big.replace(b"\x00", b"a")
+    job = wait_job(client, upload(client, "big.txt", big).json["id"])
+    assert job["status"] == "done", job
+    assert client.get(f"{API}/documents/{job['document_id']}/original").data == big
+
+    note = add_note(client, "a note's text, as it is")
+    text = client.get(f"{API}/documents/{note['id']}/original")
+    assert text.status_code == 200 and text.data.decode() == "a note's text, as it is"
+    assert text.headers["Content-Type"] == "text/plain; charset=utf-8"
+
+    assert client.delete(f"{API}/documents/{job['document_id']}").status_code == 204
+    assert client.get(f"{API}/documents/{job['document_id']}/original").status_code == 404
+    assert client.get(f"{API}/documents/987654/original").status_code == 404

@@ -72,6 +72,8 @@ def test_a_sqlite_store_round_trips_into_postgresql(make_app: Callable[..., flas
     for mode in ("fts", "vector", "hybrid"):
         hits = pg.post(f"{API}/search", json={"query": "herons waiting for fish", "mode": mode}).json["results"]
         assert hits[0]["document_id"] == first["id"], mode
+    original = pg.get(f"{API}/documents/{job['document_id']}/original")  # the uploaded file came along
+    assert original.status_code == 200 and original.data.startswith(b"# Estuaries\n\nMudflats feed")
     new = add_note(pg, "a note written after the migration")
     assert new["id"] > max(before)  # ids continue after the copied ones
 

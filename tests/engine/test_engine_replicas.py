@@ -22,6 +22,7 @@ import psycopg
 import pytest
 import requests
 
+from kb_bridge.local_engine.store.postgres.schema import LATEST_VERSION
 from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import Service, clean_env, free_port, start_engine, wait_until
 
@@ -159,7 +160,7 @@ def test_two_replicas_started_together_on_an_empty_database_both_come_up(tmp_pat
             service.wait_ready(timeout=120)
             assert requests.get(f"{service.url}{API}/status", timeout=30).json()["store"] == "postgresql"
         with psycopg.connect(url) as conn:
-            assert conn.execute("SELECT version FROM kb_schema").fetchall() == [(1,)]
+            assert conn.execute("SELECT version FROM kb_schema").fetchall() == [(LATEST_VERSION,)]
     finally:
         for service in services:
             service.stop()

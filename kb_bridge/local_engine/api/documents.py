@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify, request
+from urllib.parse import quote
+
+from flask import Blueprint, Response, jsonify, request, stream_with_context
 
 from ..clock import now_iso, parse_iso
 from ..errors import ValidationError
@@ -30,6 +32,26 @@ def list_documents() -> dict[str, object]:
 @blueprint.get("/api/v1/documents/<id:doc_id>")
 def get_document(doc_id: int) -> Response:
     return _with_etag(current_engine().store.get_document(doc_id, detail=True))
+
+
+@blueprint.get("/api/v1/documents/<id:doc_id>/original")
+def get_original(doc_id: int) -> Response:
+    """A file's bytes as uploaded (streamed), or a note's text."""
+    store = current_engine().store
+    document = store.get_document(doc_id)
+    if document.get("doc_type") == "note":
+        text = store.get_document(doc_id, detail=True).get("content")
+        return Response(text if isinstance(text, str) else "", content_type="text/plain; charset=utf-8",
+                        headers={"Content-Disposition": _attachment(f"note-{doc_id}.txt")})
+    filename, content_type, pieces = store.original(doc_id)
+    return Response(stream_with_context(pieces), content_type=content_type,
+                    headers={"Content-Disposition": _attachment(filename or f"document-{doc_id}")})
+
+
+def _attachment(filename: str) -> str:
+    """Content-Disposition for a stored file name: an ASCII fallback and the exact name (RFC 6266 / 8187)."""
+    fallback = "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename) or "file"
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 @blueprint.delete("/api/v1/documents/<id:doc_id>")

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import collections
 import logging
+import mimetypes
 import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..clock import now_iso
 from ..embedding.embedder import Embedder, EmbedderSlot
 from ..errors import IngestionError, StoreUnavailable
-from ..store.base import ClaimedJob, FinishedJob, NewDocument, PreparedChunks, Store
+from ..store.base import ClaimedJob, FinishedJob, NewDocument, Original, PreparedChunks, Store
 from .chunking import embedding_input
 from .indexing import Indexer
 from .reading import read_job, staged_path
@@ -72,9 +74,14 @@ class _Work:
     left: int = 0  # rows of `missing` not embedded yet
     failed: bool = False
 
-    def finished(self) -> FinishedJob:
+    def finished(self, staging: Path) -> FinishedJob:
         assert self.document is not None
-        return FinishedJob(self.job.id, self.document, PreparedChunks(self.texts, self.vectors))
+        path = staged_path(self.job, staging)
+        original = None
+        if path is not None and self.job.type == "file":
+            filename = self.job.filename or path.name
+            original = Original(filename, mimetypes.guess_type(filename)[0] or "application/octet-stream", str(path))
+        return FinishedJob(self.job.id, self.document, PreparedChunks(self.texts, self.vectors), original)
 
 
 class _Ahead:
@@ -317,7 +324,7 @@ class IngestionWorker:
             return
         while True:
             try:
-                stored = self._store.complete_jobs([work.finished() for work in group], now_iso())
+                stored = self._store.complete_jobs([work.finished(self._staging.directory) for work in group], now_iso())
                 break
             except StoreUnavailable as exc:
                 # The database is away (PostgreSQL restarting): keep the work and write it when it is back.

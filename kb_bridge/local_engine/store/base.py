@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import NotANote, PreconditionFailed
@@ -87,11 +87,21 @@ class ClaimedJob:
 
 @dataclasses.dataclass(frozen=True)
 class FinishedJob:
-    """A job's document, chunked and embedded, ready to store."""
+    """A job's document, chunked and embedded, ready to store (with the uploaded file, for a file job)."""
 
     job_id: int
     document: NewDocument
     chunks: PreparedChunks
+    original: Original | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Original:
+    """An uploaded file as it came: kept with its document (GET /documents/{id}/original)."""
+
+    filename: str
+    content_type: str
+    path: str  # the staged file on this engine's disk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +143,8 @@ class StoredDocument:
     content: str
     tags: tuple[str, ...]
     chunks: tuple[StoredChunk, ...]
+    # (file name, content type, bytes) of an uploaded file as it came, when the store kept it (3.6).
+    original: tuple[str | None, str, bytes] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +232,11 @@ class Store(Protocol):
         """Remove and add tags in one step (one version step); PreconditionFailed when `if_match` does not hold."""
 
     def list_tags(self, prefix: str | None) -> list[JSON]: ...
+
+    def original(self, doc_id: int) -> tuple[str | None, str, Iterator[bytes]]:
+        """(file name, content type, the bytes in pieces) of a file document as uploaded; NotFound when
+        the document does not exist or has no stored file (a note, or a file stored before 3.6)."""
+        ...
 
     def counts(self) -> dict[str, int]:
         """documents, notes, files, chunks."""

@@ -5,10 +5,11 @@ resolved to document ids first. A backend mixes this in and writes only what dif
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from ..errors import NotFound
 from .base import JSON, DocumentFilter, Ranking
 
 if TYPE_CHECKING:
@@ -40,6 +41,21 @@ class SqlReads:
         with self.db.snapshot() as conn:
             read = self.sql_documents.get_document_detail if detail else self.sql_documents.get_document
             return read(conn, doc_id)
+
+    def original(self, doc_id: int) -> tuple[str | None, str, Iterator[bytes]]:
+        with self.db.snapshot() as conn:
+            found = self.sql_documents.read_original(conn, doc_id)
+            if found is None:
+                self.sql_documents.get_document(conn, doc_id)  # NotFound for a missing document
+                raise NotFound(f"document {doc_id} has no original file (a note, or a file stored before engine 3.6)")
+        filename, content_type, size = found
+
+        def pieces() -> Iterator[bytes]:
+            # One read transaction while the bytes stream: every piece from the same version.
+            with self.db.snapshot() as conn:
+                yield from self.sql_documents.original_pieces(conn, doc_id, size)
+
+        return filename, content_type, pieces()
 
     def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]:
         with self.db.snapshot() as conn:

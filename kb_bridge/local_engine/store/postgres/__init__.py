@@ -191,6 +191,8 @@ class PostgresStore(SqlReads):
                 for item, doc_id in zip(mine, ids, strict=True):
                     chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
                     documents.store_vectors(conn, chunk_ids, item.chunks.vectors)
+                    if item.original is not None:
+                        documents.store_original_from_upload(conn, doc_id, item.job_id, item.original)
                     jobs.finish_job(conn, item.job_id, doc_id, now)
                     stored[item.job_id] = doc_id
             self._catch_up()

@@ -5,11 +5,11 @@ the transaction (PostgresStore). They return the API's JSON objects, exactly as 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NotFound
-from ..base import DocumentFilter, NewDocument, text_sha256
+from ..base import DocumentFilter, NewDocument, Original, text_sha256
 from .index_log import tags_of
 
 if TYPE_CHECKING:
@@ -230,3 +230,33 @@ def counts(conn: Any) -> dict[str, int]:
     total, notes = conn.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE doc_type = 'note') FROM documents").fetchone()
     chunks = conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
     return {"documents": int(total), "notes": int(notes), "files": int(total - notes), "chunks": int(chunks)}
+
+
+# Bytes per read of an original: constant memory for any size.
+_PIECE = 1024 * 1024
+
+
+def store_original_from_upload(conn: Any, doc_id: int, job_id: int, original: Original) -> None:
+    """Keep the job's uploaded bytes (already in job_uploads) with its document: copied inside the database."""
+    conn.execute(
+        "INSERT INTO originals (document_id, filename, content_type, size, data) "
+        "SELECT %s, %s, %s, COALESCE(SUM(length(data)), 0), COALESCE(string_agg(data, ''::bytea ORDER BY part), ''::bytea) "
+        "FROM job_uploads WHERE job_id = %s "
+        "ON CONFLICT (document_id) DO UPDATE SET filename = EXCLUDED.filename, content_type = EXCLUDED.content_type, "
+        "size = EXCLUDED.size, data = EXCLUDED.data",
+        (doc_id, original.filename, original.content_type, job_id),
+    )
+
+
+def read_original(conn: Any, doc_id: int) -> tuple[str | None, str, int] | None:
+    row = conn.execute("SELECT filename, content_type, size FROM originals WHERE document_id = %s", (doc_id,)).fetchone()
+    return (row[0], row[1], int(row[2])) if row is not None else None
+
+
+def original_pieces(conn: Any, doc_id: int, size: int) -> Iterator[bytes]:
+    for start in range(0, size, _PIECE):
+        row = conn.execute("SELECT substring(data FROM %s FOR %s) FROM originals WHERE document_id = %s",
+                           (start + 1, _PIECE, doc_id)).fetchone()
+        if row is None:
+            return  # deleted meanwhile: the stream ends short
+        yield bytes(row[0])

@@ -49,6 +49,9 @@ def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) ->
                            [(d.id, d.content) for d in documents])
         cursor.executemany("INSERT INTO document_tags (document_id, tag) VALUES (%s, %s)",
                            [(d.id, tag) for d in documents for tag in d.tags])
+        cursor.executemany("INSERT INTO originals (document_id, filename, content_type, size, data) VALUES (%s, %s, %s, %s, %s)",
+                           [(d.id, d.original[0], d.original[1], len(d.original[2]), d.original[2])
+                            for d in documents if d.original is not None])
         # COPY: a large store moves at tens of thousands of rows a second, where INSERTs manage a few thousand.
         with cursor.copy("COPY chunks (id, document_id, chunk_index, title, text, text_sha256) FROM STDIN") as copy:
             for d in documents:

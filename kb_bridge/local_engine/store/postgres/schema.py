@@ -133,6 +133,15 @@ _BASE = (
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "base schema (kb engine 3.5 on PostgreSQL)", _BASE),
+    Migration(2, "an uploaded file's original bytes kept with its document (kb engine 3.6)", (
+        """CREATE TABLE originals (
+            document_id BIGINT PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE,
+            filename TEXT,
+            content_type TEXT NOT NULL,
+            size BIGINT NOT NULL,
+            data BYTEA NOT NULL
+        )""",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -113,6 +113,8 @@ class SqliteStore(SqlReads):
                     doc_id = documents.insert_document(conn, item.document, now)
                     chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
                     _store_vectors(conn, chunk_ids, item.chunks.vectors)
+                    if item.original is not None:
+                        documents.store_original(conn, doc_id, item.original)
                     jobs.attach_document(conn, item.job_id, doc_id)
                     stored[item.job_id] = doc_id
             # Done only once searchable; a crash before the next step leaves them running with their

@@ -7,11 +7,12 @@ return the API's JSON objects (dicts).
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from ...errors import NotFound
-from ..base import DocumentFilter, NewDocument, text_sha256
+from ..base import DocumentFilter, NewDocument, Original, text_sha256
 
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
     d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
@@ -318,3 +319,32 @@ def _tag_state(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
 
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" * len(values))
+
+
+# Bytes moved per step between a staged file and an original's blob: constant memory for any size.
+_BLOB_PIECE = 1024 * 1024
+
+
+def store_original(conn: sqlite3.Connection, doc_id: int, original: Original) -> None:
+    """Keep the uploaded file with its document, copied into the blob in pieces (incremental blob I/O)."""
+    size = os.path.getsize(original.path)
+    cursor = conn.execute(
+        "INSERT OR REPLACE INTO originals (document_id, filename, content_type, size, data) VALUES (?, ?, ?, ?, zeroblob(?))",
+        (doc_id, original.filename, original.content_type, size, size),
+    )
+    if size == 0:
+        return
+    with open(original.path, "rb") as source, conn.blobopen("originals", "data", cursor.lastrowid or doc_id) as blob:
+        while piece := source.read(_BLOB_PIECE):
+            blob.write(piece)
+
+
+def read_original(conn: sqlite3.Connection, doc_id: int) -> tuple[str | None, str, int] | None:
+    row = conn.execute("SELECT filename, content_type, size FROM originals WHERE document_id = ?", (doc_id,)).fetchone()
+    return (row[0], row[1], row[2]) if row is not None else None
+
+
+def original_pieces(conn: sqlite3.Connection, doc_id: int, size: int) -> Iterator[bytes]:
+    with conn.blobopen("originals", "data", doc_id, readonly=True) as blob:
+        while piece := blob.read(_BLOB_PIECE):
+            yield piece

@@ -55,7 +55,15 @@ def _document(conn: sqlite3.Connection, row: sqlite3.Row) -> StoredDocument:
     return StoredDocument(id=row["id"], title=row["title"], doc_type=row["doc_type"], source_path=row["source_path"],
                           size_bytes=row["size_bytes"], sha256=row["sha256"], version=row["version"],
                           created_at=row["created_at"], updated_at=row["updated_at"] or row["created_at"],
-                          content=row["content"] or "", tags=tags, chunks=chunks)
+                          content=row["content"] or "", tags=tags, chunks=chunks, original=_original(conn, row["id"]))
+
+
+def _original(conn: sqlite3.Connection, document_id: int) -> tuple[str | None, str, bytes] | None:
+    """The uploaded file's bytes, on a store that keeps them (schema 4, engine 3.6)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'originals'").fetchone() is None:
+        return None
+    row = conn.execute("SELECT filename, content_type, data FROM originals WHERE document_id = ?", (document_id,)).fetchone()
+    return (row[0], row[1], bytes(row[2])) if row is not None else None
 
 
 def all_documents(conn: sqlite3.Connection, batch: int = 200) -> Iterator[list[StoredDocument]]:

@@ -146,6 +146,19 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('index_epoch', lower(hex(randomblob(16))))",
         ),
     ),
+    Migration(
+        4,
+        "an uploaded file's original bytes kept with its document (kb engine 3.6)",
+        (
+            """CREATE TABLE originals (
+                document_id INTEGER PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+                filename TEXT,
+                content_type TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                data BLOB NOT NULL
+            )""",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -1,0 +1,294 @@
+"""The web console in a real browser (Playwright for Python driving the distribution's chromium) against a
+real gunicorn bridge (two workers: sessions must hold across them) and the real local engine: sign-in,
+wrong token, sign-out, search, edit, conflict, delete, upload to searchable, jobs, CSRF refusal, keyboard
+only, axe-core and phone width. Screenshots go to the test's directory (and to docs/ with
+KB_CONSOLE_SCREENSHOTS_TO_DOCS=1, for the README)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import require
+from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.mcp_http import modern_call
+from kb_bridge.testing.processes import REPO, Service, start_bridge, wait_until
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+ADMIN = "console-admin-key-0123456789abcdef"
+READER = "console-reader-token-0123456789abcdef"
+SUFFIX = str(os.getpid())
+COLLECTION = f"console-{SUFFIX}"
+MARKER = f"lapwing{SUFFIX}"
+AXE = REPO / "tests" / "ts" / "node_modules" / "axe-core" / "axe.min.js"
+DOCS = REPO / "docs"
+
+
+@dataclass
+class Console:
+    bridge: Service
+    engine: Service
+    shots: Path
+
+    @property
+    def ui(self) -> str:
+        return self.bridge.url + "/ui"
+
+    def add_note(self, text: str, title: str) -> int:
+        reply = modern_call(self.bridge.url, ADMIN, "kb_addnote",
+                            {"text": text, "title": title, "collection": COLLECTION, "wait": True})
+        result: Any = reply["result"]
+        assert not result.get("isError"), reply
+        return int(result["structuredContent"]["document_id"])
+
+    def document(self, document_id: int) -> dict[str, Any] | None:
+        response = requests.get(f"{self.engine.url}/api/v1/documents/{document_id}",
+                                headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=10)
+        return None if response.status_code == 404 else dict(response.json())
+
+
+@pytest.fixture(scope="module")
+def console(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    tmp = tmp_path_factory.mktemp("console")
+    tokens = tmp / "tokens.toml"
+    tokens.write_text(f'[[token]]\nname = "reader"\nsha256 = "{hashlib.sha256(READER.encode()).hexdigest()}"\n'
+                      'scopes = ["kb:read"]\n')
+    bridge = start_bridge(tmp, {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": ADMIN,
+                                "KB_MCP_TOKENS_FILE": str(tokens)}, workers=2)
+    shots = tmp / "screenshots"
+    shots.mkdir()
+    yield Console(bridge, engine, shots)
+    bridge.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = require("chromium")
+    with playwright_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield launched
+        launched.close()
+
+
+def shot(console: Console, page: Any, name: str) -> None:
+    page.screenshot(path=str(console.shots / f"{name}.png"), full_page=True)
+    if os.environ.get("KB_CONSOLE_SCREENSHOTS_TO_DOCS") == "1":
+        page.screenshot(path=str(DOCS / f"console-{name}.png"))
+
+
+def signed_in(browser: Any, console: Console, token: str = ADMIN, **context: Any) -> Any:
+    page = browser.new_context(**context).new_page()
+    page.goto(console.ui + "/")
+    page.get_by_label("Access token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/ui/search")
+    return page
+
+
+def test_a_wrong_token_does_not_sign_in(browser: Any, console: Console) -> None:
+    page = browser.new_context().new_page()
+    page.goto(console.ui + "/search")
+    assert page.url.endswith("/ui/sign-in")
+    page.get_by_label("Access token").fill("not-the-token-0123456789abcdef")
+    page.get_by_role("button", name="Sign in").click()
+    playwright_api.expect(page.get_by_role("alert")).to_contain_text("not valid")
+    assert not any(c["name"] == "kb_console" for c in page.context.cookies())
+    page.goto(console.ui + "/search")
+    assert page.url.endswith("/ui/sign-in")
+    shot(console, page, "wrong-token")
+
+
+def test_sign_in_search_open_and_sign_out(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"The {MARKER} calls peewit over wet meadows.", f"Lapwing calls {SUFFIX}")
+    page = signed_in(browser, console)
+    cookie = next(c for c in page.context.cookies() if c["name"] == "kb_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    page.get_by_role("searchbox", name="Search").fill(f"{MARKER} meadows")
+    page.get_by_role("button", name="Search").click()
+    link = page.get_by_role("link", name=f"Lapwing calls {SUFFIX}")
+    playwright_api.expect(link).to_be_visible()
+    playwright_api.expect(page.locator(".results li").first).to_contain_text("peewit over wet meadows")
+    shot(console, page, "search")
+    link.click()
+    playwright_api.expect(page.get_by_role("heading", level=1)).to_have_text(f"Lapwing calls {SUFFIX}")
+    playwright_api.expect(page.locator(".facts")).to_contain_text(COLLECTION)
+    assert page.url.endswith(f"/ui/documents/{document_id}")
+
+    page.get_by_role("link", name="Collections").click()
+    playwright_api.expect(page.get_by_role("link", name=COLLECTION)).to_be_visible()
+
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/ui/sign-in")
+    # The old cookie opens nothing any more: the session ended on the server.
+    replay = browser.new_context()
+    replay.add_cookies([{**cookie}])
+    again = replay.new_page()
+    again.goto(console.ui + "/search")
+    assert again.url.endswith("/ui/sign-in")
+
+
+def test_edit_a_note_then_a_conflict_keeps_the_typed_text(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Curlews probe mud with long bills {SUFFIX}.", f"Curlew {SUFFIX}")
+    page = signed_in(browser, console)
+    page.goto(f"{console.ui}/documents/{document_id}")
+    page.get_by_label("Text").fill(f"Curlews probe soft mud with long curved bills {SUFFIX}.")
+    page.get_by_role("button", name="Save").click()
+    playwright_api.expect(page.get_by_role("status")).to_contain_text("Saved")
+    stored = console.document(document_id)
+    assert stored is not None and stored["version"] == 2 and "curved bills" in stored["content"]
+
+    # Someone else changes the note after the page loaded version 2.
+    page.reload()
+    reply: Any = modern_call(console.bridge.url, ADMIN, "kb_update_note",
+                             {"document_id": document_id, "text": f"An agent rewrote the curlew note {SUFFIX}."})
+    assert not reply["result"].get("isError"), reply
+    typed = f"My careful edit of the curlew note {SUFFIX}."
+    page.get_by_label("Text").fill(typed)
+    page.get_by_role("button", name="Save").click()
+    playwright_api.expect(page.get_by_role("alert")).to_contain_text("onflict")
+    playwright_api.expect(page.get_by_label("Text")).to_have_value(typed)
+    stored = console.document(document_id)
+    assert stored is not None and stored["content"] == f"An agent rewrote the curlew note {SUFFIX}."
+    shot(console, page, "conflict")
+
+
+def test_delete_asks_first(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Snipe drum in display flights {SUFFIX}.", f"Snipe {SUFFIX}")
+    page = signed_in(browser, console)
+    page.goto(f"{console.ui}/documents/{document_id}")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_role("button", name="Delete").click()
+    assert console.document(document_id) is not None  # dismissed: nothing deleted
+    messages: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        messages.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    page.get_by_role("button", name="Delete").click()
+    playwright_api.expect(page.get_by_role("heading", level=1)).to_have_text("Deleted")
+    assert "for good" in messages[0]
+    assert console.document(document_id) is None
+
+
+def test_upload_until_searchable_and_the_jobs_page(browser: Any, console: Console, tmp_path: Path) -> None:
+    upload = tmp_path / f"dunlin-{SUFFIX}.md"
+    upload.write_text(f"# Dunlin {SUFFIX}\n\nDunlins gather in swirling flocks on estuaries in winter.\n")
+    page = signed_in(browser, console)
+    page.get_by_role("link", name="Upload").click()
+    page.get_by_label("File").set_input_files(str(upload))
+    page.get_by_label("Collection").select_option(COLLECTION)
+    page.get_by_role("button", name="Upload").click()
+    status = page.locator("#upload-status")
+    playwright_api.expect(status).to_contain_text("Indexed and searchable", timeout=120_000)
+    shot(console, page, "upload")
+    page.get_by_role("searchbox", name="Search").count()  # not on this page; search from the nav
+    page.get_by_role("link", name="Search").click()
+    page.get_by_role("searchbox", name="Search").fill("swirling flocks on estuaries")
+    page.keyboard.press("Enter")
+    playwright_api.expect(page.get_by_role("link", name=upload.name)).to_be_visible()
+
+    page.get_by_role("link", name="Jobs").click()
+    row = page.locator("table.jobs tr", has_text=upload.name).first
+    playwright_api.expect(row).to_contain_text("done")
+    shot(console, page, "jobs")
+
+
+def test_without_the_csrf_token_nothing_changes(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Redshanks are the sentinels of the marsh {SUFFIX}.", f"Redshank {SUFFIX}")
+    page = signed_in(browser, console)
+    api = page.context.request
+    for path, form in ((f"/documents/{document_id}", {"text": "hijacked", "version": "1"}),
+                       (f"/documents/{document_id}/delete", {"confirmed": "yes"}),
+                       ("/sign-out", {})):
+        response = api.post(console.ui + path, form=form, max_redirects=0)
+        assert response.status == 403, path
+        wrong = api.post(console.ui + path, form={**form, "csrf_token": "forged"}, max_redirects=0)
+        assert wrong.status == 403, path
+    stored = console.document(document_id)
+    assert stored is not None and stored["version"] == 1 and "sentinels" in stored["content"]
+    page.goto(console.ui + "/search")
+    assert page.url.endswith("/ui/search")  # still signed in: the refused sign-out changed nothing
+
+
+def test_keyboard_only_sign_in_search_and_open(browser: Any, console: Console) -> None:
+    console.add_note(f"Avocets sweep their upturned bills {SUFFIX}.", f"Avocet {SUFFIX}")
+    page = browser.new_context().new_page()
+    page.goto(console.ui + "/sign-in")
+
+    def tab_to(selector: str) -> None:
+        for _ in range(30):
+            page.keyboard.press("Tab")
+            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
+                return
+        raise AssertionError(f"Tab never reached {selector}")
+
+    tab_to("#token")
+    page.keyboard.type(ADMIN)
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/ui/search")
+    tab_to("#q")
+    page.keyboard.type(f"avocets upturned {SUFFIX}")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/ui/search?q=*")
+    tab_to(".results a")
+    assert page.evaluate("document.activeElement.textContent") == f"Avocet {SUFFIX}"
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/ui/documents/*")
+    playwright_api.expect(page.get_by_role("heading", level=1)).to_have_text(f"Avocet {SUFFIX}")
+
+
+def pages_to_check(console: Console, document_id: int) -> list[str]:
+    return ["/sign-in", f"/search?q={MARKER}", "/collections", f"/collections/{COLLECTION}",
+            f"/documents/{document_id}", "/upload", "/jobs", f"/documents/{document_id}/delete"]
+
+
+def test_no_serious_or_critical_axe_violations(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Godwits fly non-stop across the Pacific {SUFFIX}.", f"Godwit {SUFFIX}")
+    page = signed_in(browser, console, bypass_csp=True)  # to inject axe-core; the console's own CSP stays as served
+    found: dict[str, list[str]] = {}
+    for path in pages_to_check(console, document_id):
+        page.goto(console.ui + path)
+        page.add_script_tag(path=str(AXE))
+        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        bad = [f"{v['id']} ({v['impact']}): {v['help']}" for v in result["violations"] if v["impact"] in ("serious", "critical")]
+        if bad:
+            found[path] = bad
+    assert found == {}
+
+
+def test_readable_at_phone_width_without_horizontal_scrolling(browser: Any, console: Console) -> None:
+    document_id = console.add_note(
+        f"Turnstones flip pebbles and seaweed to find food {SUFFIX}. " + "averyveryverylongwordwithoutanybreaks" * 4,
+        f"Turnstone {SUFFIX}")
+    page = signed_in(browser, console, viewport={"width": 390, "height": 844}, is_mobile=True)
+    for path in pages_to_check(console, document_id):
+        page.goto(console.ui + path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} is {width}px wide"
+    page.goto(f"{console.ui}/search?q=turnstones pebbles {SUFFIX}")
+    shot(console, page, "phone")
+
+
+def test_a_read_only_token_sees_no_write_controls(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Plovers run and stop on the sand {SUFFIX}.", f"Plover {SUFFIX}")
+    page = signed_in(browser, console, token=READER)
+    page.goto(f"{console.ui}/documents/{document_id}")
+    playwright_api.expect(page.get_by_role("heading", level=1)).to_have_text(f"Plover {SUFFIX}")
+    assert page.get_by_role("button", name="Save").count() == 0
+    assert page.get_by_role("button", name="Delete").count() == 0
+    assert page.get_by_role("link", name="Upload").count() == 0
+    csrf = page.locator('input[name="csrf_token"]').first.get_attribute("value")
+    refused = page.context.request.post(f"{console.ui}/documents/{document_id}/delete",
+                                        form={"csrf_token": csrf, "confirmed": "yes"}, max_redirects=0)
+    assert refused.status == 403
+    wait_until(lambda: console.document(document_id) is not None, 5, what="the document still there")
