@@ -4,7 +4,8 @@ as one JSON object per document, between any two engines that speak docs/engine-
 A record holds what it takes to make the document again: `id`, `collection`, `title`, `tags` (without the
 collection tag), `version`, `source_path`, `doc_type`, `created_at`, `updated_at`, `sha256`, `text` (a note's
 text; for a file the text the engine extracted, for reading) and, for a file, `filename`, `content_type` and
-`original_base64` (its bytes as uploaded). The export is written to a temporary file and renamed at the end,
+`original_base64` (its bytes as uploaded; null for a file stored before engine 3.6 kept originals, which
+import brings back as a note of its text). The export is written to a temporary file and renamed at the end,
 so an interrupted export never leaves a half file under the name.
 
 Import queues each record as a note or an upload and waits for the jobs. It is idempotent: a record whose
@@ -33,7 +34,7 @@ from tqdm import tqdm
 
 from kb_bridge import collections, shapes
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import InvalidArgument, KbError
+from kb_bridge.errors import InvalidArgument, KbError, NotFound
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
@@ -140,8 +141,15 @@ def _record(client: EngineClient, document_id: int) -> dict[str, Any] | None:
     record["sha256"] = raw.get("sha256")
     record["text"] = document.get("content") or ""
     if document["doc_type"] != "note":
-        data, content_type = client.get_original(document_id)
         record["filename"] = _filename(document)
+        try:
+            data, content_type = client.get_original(document_id)
+        except NotFound:
+            # A file stored by an engine that did not keep originals (before 3.6): its text travels instead,
+            # and import makes it a note.
+            record["content_type"] = None
+            record["original_base64"] = None
+            return record
         record["content_type"] = content_type
         record["original_base64"] = base64.b64encode(data).decode("ascii")
         record["sha256"] = hashlib.sha256(data).hexdigest()
@@ -237,6 +245,8 @@ def _checked(record: Any) -> dict[str, Any]:
     for key in ("title", "source_path"):
         if record.get(key) is not None and not isinstance(record[key], str):
             raise InvalidArgument(key, "must be a string")
+    if record.get("doc_type") != "note" and record.get("original_base64") is None and record.get("text"):
+        record["doc_type"] = "note"  # a file exported without its bytes comes back as a note of its text
     if record.get("doc_type") == "note":
         if not isinstance(record.get("text"), str) or not record["text"]:
             raise InvalidArgument("text", "a note needs its text")

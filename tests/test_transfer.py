@@ -1,0 +1,42 @@
+"""Export and import records (kb_bridge/cli/transfer.py) against a faked engine: the record's fields, and a
+file stored before the engine kept originals travelling as its text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import responses
+
+from kb_bridge.cli.transfer import _checked, _records
+from kb_bridge.client.engine import EngineClient
+from kb_bridge.errors import InvalidArgument
+from kb_bridge.settings import EngineSettings
+
+URL = "http://engine.test"
+DOC = {"id": 7, "title": "old.pdf", "doc_type": "pdf", "source_path": "reports/old.pdf", "tags": ["collection:documents", "q3"],
+       "version": 2, "sha256": "ab" * 32, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-02T00:00:00Z",
+       "content": "Quarterly figures.", "chunks": []}
+
+
+@responses.activate
+def test_a_file_without_its_original_is_exported_with_its_text_and_imported_as_a_note() -> None:
+    responses.get(f"{URL}/api/v1/documents", json={"documents": [DOC], "total": 1})
+    responses.get(f"{URL}/api/v1/documents/7", json=DOC)
+    responses.get(f"{URL}/api/v1/documents/7/original", status=404, json={"error": {"code": "not_found", "message": "x"}})
+    client = EngineClient(EngineSettings(url=URL, retry_attempts=1))
+    [record] = list(_records(client, None))
+    assert record["collection"] == "documents" and record["tags"] == ["q3"] and record["version"] == 2
+    assert record["filename"] == "old.pdf" and record["original_base64"] is None and record["text"] == "Quarterly figures."
+    checked = _checked(json.loads(json.dumps(record)))
+    assert checked["doc_type"] == "note"
+
+
+def test_records_are_checked_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="collection"):
+        _checked({"doc_type": "note", "text": "x", "collection": "Bad Name"})
+    with pytest.raises(InvalidArgument, match="original_base64"):
+        _checked({"doc_type": "pdf", "original_base64": "!!!", "filename": "a.pdf"})
+    with pytest.raises(InvalidArgument, match="reserved"):
+        _checked({"doc_type": "note", "text": "x", "tags": ["collection:other"]})
