@@ -65,7 +65,9 @@ def run_migrate(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO 
             progress.advance(len(batch), f"{copied} copied")
         with target.write() as conn:
             importing.finish(conn)
+        print("vacuuming and analysing the copied tables, so the first searches run at full speed", file=err)
         with target.connection() as conn:
+            importing.settle(conn)
             found = importing.totals(conn, with_vectors)
         target.close()
     except KeyboardInterrupt:

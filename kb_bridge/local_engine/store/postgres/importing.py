@@ -77,6 +77,20 @@ def finish(conn: Any) -> None:
                      "HAVING MAX(id) IS NOT NULL")
 
 
+def settle(conn: Any) -> None:
+    """VACUUM (ANALYZE) the copied tables, on an autocommit connection: after a bulk load, the first reads
+    of every page would otherwise set its hint bits and the planner would have no statistics, which made the
+    first searches of a migrated million-chunk store several times slower (docs/benchmarks.md)."""
+    conn.execute("SET statement_timeout = 0")
+    try:
+        for table in ("documents", "document_content", "document_tags", "chunks", "originals"):
+            conn.execute(f"VACUUM (ANALYZE) {table}")
+        if conn.execute("SELECT to_regclass('embeddings')").fetchone()[0] is not None:
+            conn.execute("VACUUM (ANALYZE) embeddings")
+    finally:
+        conn.execute("RESET statement_timeout")
+
+
 def totals(conn: Any, with_vectors: bool) -> dict[str, int]:
     counts = {name: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
               for name, table in (("documents", "documents"), ("chunks", "chunks"), ("tags", "document_tags"))}
