@@ -65,11 +65,12 @@ def test_audience_may_be_a_list_containing_the_resource(server: AuthServer) -> N
     assert verifier.verify(server.token(aud=["https://other.example", RESOURCE])).name == "agent-1"
 
 
+# Times are offsets from now, resolved when the test runs (not when pytest collects it).
 @pytest.mark.parametrize(
     ("claims", "reason"),
     [
-        ({"exp": int(time.time()) - 120}, "expired"),
-        ({"nbf": int(time.time()) + 600}, "not_yet_valid"),
+        ({"exp": -120}, "expired"),
+        ({"nbf": 600}, "not_yet_valid"),
         ({"iss": "http://127.0.0.1:1/other"}, "wrong_issuer"),
         ({"aud": "https://someone-else.example/mcp"}, "wrong_audience"),
         ({"aud": None}, "invalid_claims"),
@@ -80,7 +81,9 @@ def test_audience_may_be_a_list_containing_the_resource(server: AuthServer) -> N
     ],
 )
 def test_bad_claims_are_refused(server: AuthServer, claims: dict[str, object], reason: str) -> None:
-    assert refused(verifier_for(server), server.token(**claims)) == reason
+    now = int(time.time())
+    resolved = {k: now + v if k in ("exp", "nbf") and isinstance(v, int) else v for k, v in claims.items()}
+    assert refused(verifier_for(server), server.token(**resolved)) == reason
 
 
 def test_leeway_of_60_seconds_on_exp_and_nbf(server: AuthServer) -> None:
