@@ -128,7 +128,6 @@ class McpSettings:
 
     api_keys: tuple[Secret, ...] = ()
     # KB_MCP_TOKENS_FILE: named tokens with scopes and collections (auth/tokens_file.py), read at load.
-    tokens_file: str | None = None
     named_tokens: tuple[NamedToken, ...] = ()
     oauth: OAuthSettings = field(default_factory=OAuthSettings)
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
@@ -315,7 +314,8 @@ def _parse_bind(value: str) -> str:
     return value
 
 
-def _is_loopback_host(host: str | None) -> bool:
+def is_loopback_host(host: str | None) -> bool:
+    """localhost, 127.0.0.0/8 or ::1: where plain http is tolerated for OAuth (development)."""
     return host in ("localhost", "127.0.0.1", "::1") or (host or "").startswith("127.")
 
 
@@ -324,7 +324,7 @@ def _parse_secure_url(value: str) -> str:
     parts = urlsplit(value)
     if not parts.hostname or parts.scheme not in ("http", "https"):
         raise ValueError("expected an https:// URL with a host")
-    if parts.scheme == "http" and not _is_loopback_host(parts.hostname):
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise ValueError("must be https (http is accepted only on a loopback host, for development)")
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ValueError("must not carry credentials, a query string or a fragment")
@@ -390,7 +390,6 @@ def _load_mcp(env: _Env) -> McpSettings:
     tools = env.items("KB_MCP_TOOLS", ())
     return McpSettings(
         api_keys=env.get("KB_MCP_API_KEY", (), _parse_api_keys),
-        tokens_file=env.raw("KB_MCP_TOKENS_FILE"),
         named_tokens=env.get("KB_MCP_TOKENS_FILE", (), load_tokens_file),
         oauth=_load_oauth(env),
         allowed_hosts=env.items("KB_MCP_ALLOWED_HOSTS", d.allowed_hosts),

@@ -127,12 +127,11 @@ class BearerAuth:
                  authenticator: Authenticator | None = None, challenge: Challenge | None = None) -> None:
         self._app = app
         self._auth = authenticator or Authenticator(settings)
-        self._enabled = settings.auth_enabled
         self.challenge = challenge or Challenge(settings.oauth.metadata_url if settings.oauth.enabled else None)
         self._on_failure = on_failure
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._enabled:
+        if not self._auth.enabled:
             scope[SCOPE_KEY] = ANONYMOUS
             await self._app(scope, receive, send)
             return

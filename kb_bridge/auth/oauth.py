@@ -31,7 +31,7 @@ import requests
 
 from kb_bridge.auth.principal import Principal
 from kb_bridge.auth.tokens_file import KNOWN_SCOPES, parse_collections
-from kb_bridge.settings import OAuthSettings
+from kb_bridge.settings import OAuthSettings, is_loopback_host
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,7 @@ def metadata_urls(issuer: str) -> list[str]:
 
 def _secure(url: str) -> bool:
     parts = urlsplit(url)
-    loopback = parts.hostname in ("localhost", "::1") or (parts.hostname or "").startswith("127.")
-    return parts.scheme == "https" or (parts.scheme == "http" and loopback)
+    return parts.scheme == "https" or (parts.scheme == "http" and is_loopback_host(parts.hostname))
 
 
 @dataclass
@@ -95,7 +94,6 @@ class OAuthVerifier:
         self._lock = threading.Lock()
         self._last_attempt: float | None = None
         self._failing = False
-        self.fetches = 0  # JWKS and metadata documents fetched: for tests and metrics
 
     # --- the key set --------------------------------------------------------------------------
 
@@ -126,7 +124,7 @@ class OAuthVerifier:
         self._last_attempt = self._clock()
         try:
             url = self._jwks_url or self._discover()
-            document = self._get(url)
+            document = self._fetch(url)
             keys = _parse_jwks(document)
         except _FetchFailed as exc:
             if not self._failing or self._keys is None:
@@ -146,7 +144,7 @@ class OAuthVerifier:
         problems = []
         for url in metadata_urls(self._issuer):
             try:
-                metadata = self._get(url)
+                metadata = self._fetch(url)
             except _FetchFailed as exc:
                 problems.append(f"{url}: {exc}")
                 continue
@@ -164,10 +162,6 @@ class OAuthVerifier:
             self._jwks_url = jwks_uri
             return jwks_uri
         raise _FetchFailed("; ".join(problems))
-
-    def _get(self, url: str) -> dict[str, Any]:
-        self.fetches += 1
-        return self._fetch(url)
 
     # --- tokens ---------------------------------------------------------------------------------
 

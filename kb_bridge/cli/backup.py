@@ -39,10 +39,9 @@ def add_arguments(commands: Any) -> None:
 
 
 def run_backup(args: argparse.Namespace) -> int:
-    from kb_bridge.local_engine.config import default_data_dir  # the engine's own rule for its directory
+    from kb_bridge.local_engine.config import resolve_data_dir  # the engine's own rule for its directory
 
-    data: Path = (args.data or (Path(os.environ["KB_ENGINE_DATA"]) if os.environ.get("KB_ENGINE_DATA") else None)
-                  or default_data_dir(os.environ)).expanduser()
+    data = resolve_data_dir(os.environ, args.data)
     source = data / DATABASE
     target: Path = args.dir
     if not source.is_file():

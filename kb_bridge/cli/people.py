@@ -18,7 +18,7 @@ from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import InvalidArgument, KbError
 from kb_bridge.settings import Settings
 from kb_bridge.tools import registry
-from kb_bridge.tools.spec import Result, ToolContext
+from kb_bridge.tools.spec import ToolContext
 from kb_bridge.uploads.factory import make_upload_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -53,11 +53,6 @@ def _context(settings: Settings) -> ToolContext:
     return ToolContext(engine=EngineClient(settings.engine), uploads=make_upload_store(settings), settings=settings)
 
 
-def _call(ctx: ToolContext, tool: str, arguments: dict[str, Any]) -> Result:
-    spec = next(spec for spec in registry.ALL_TOOLS if spec.name == tool)
-    return spec.handler(ctx, spec.parse(arguments))
-
-
 def run_people_command(args: argparse.Namespace, settings: Settings) -> int:
     commands: dict[str, Callable[[ToolContext, argparse.Namespace], int]] = {
         "search": _search, "add": _add, "get": _get, "delete": _delete,
@@ -80,7 +75,7 @@ def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     for key in ("collection", "mode"):
         if getattr(args, key) is not None:
             arguments[key] = getattr(args, key)
-    result = _call(ctx, "kb_search", arguments)
+    result = registry.call(ctx, "kb_search", arguments)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return EXIT_OK
@@ -118,7 +113,7 @@ def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
         arguments["title"] = args.title
     if args.tags:
         arguments["tags"] = [t.strip() for t in args.tags.split(",") if t.strip()]
-    result = _call(ctx, "kb_addnote", arguments)
+    result = registry.call(ctx, "kb_addnote", arguments)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     elif result["status"] == "done":
@@ -129,7 +124,7 @@ def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
 
 
 def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
-    result = _call(ctx, "kb_get", {"document_id": args.document_id})
+    result = registry.call(ctx, "kb_get", {"document_id": args.document_id})
     document = result["documents"][0]
     if args.json:
         print(json.dumps(document, ensure_ascii=False))
@@ -144,7 +139,7 @@ def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
 
 
 def _delete(ctx: ToolContext, args: argparse.Namespace) -> int:
-    result = _call(ctx, "kb_delete", {"document_id": args.document_id})
+    result = registry.call(ctx, "kb_delete", {"document_id": args.document_id})
     if args.json:
         print(json.dumps(result))
     elif result["deleted"]:

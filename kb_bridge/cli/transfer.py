@@ -98,19 +98,27 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _pages(client: EngineClient, tag: str | None = None) -> Iterator[tuple[list[Any], int | None]]:
+    """The engine's documents page by page, newest update first: (page, the total the engine reported)."""
+    offset = 0
+    while True:
+        raw = client.list_documents([("limit", PAGE), ("offset", offset)] + ([("tag", tag)] if tag else []))
+        page = shapes.listed(raw, "documents")
+        total = raw.get("total")
+        yield page, total if isinstance(total, int) else None
+        if len(page) < PAGE:
+            return
+        offset += len(page)
+
+
 def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:
     """Every document once (newest update first; one that changes during the export is taken once)."""
     seen: set[int] = set()
-    offset = 0
     bar = None
     try:
-        while True:
-            params: list[tuple[str, Any]] = [("limit", PAGE), ("offset", offset)] + ([("tag", tag)] if tag else [])
-            raw = client.list_documents(params)
-            page = shapes.listed(raw, "documents")
+        for page, total in _pages(client, tag):
             if bar is None:
-                total = raw.get("total")
-                bar = _bar(total if isinstance(total, int) else None, "doc", "export")
+                bar = _bar(total, "doc", "export")
             for listed in page:
                 document_id = listed.get("id") if isinstance(listed, dict) else None
                 if not isinstance(document_id, int) or document_id in seen:
@@ -120,9 +128,6 @@ def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:
                 if record is not None:
                     yield record
                 bar.update(1)
-            if len(page) < PAGE:
-                return
-            offset += len(page)
     finally:
         if bar is not None:
             bar.close()
@@ -268,16 +273,12 @@ def _checked(record: Any) -> dict[str, Any]:
 
 def _stored_contents(client: EngineClient) -> set[tuple[str, str | None]]:
     """(sha256, collection) of every document the engine holds."""
-    found: set[tuple[str, str | None]] = set()
-    offset = 0
-    while True:
-        page = shapes.listed(client.list_documents([("limit", PAGE), ("offset", offset)]), "documents")
-        for raw in page:
-            if isinstance(raw, dict) and isinstance(raw.get("sha256"), str):
-                found.add((raw["sha256"], shapes.document(raw)["collection"]))
-        if len(page) < PAGE:
-            return found
-        offset += len(page)
+    return {
+        (raw["sha256"], shapes.document(raw)["collection"])
+        for page, _total in _pages(client)
+        for raw in page
+        if isinstance(raw, dict) and isinstance(raw.get("sha256"), str)
+    }
 
 
 def _queue(client: EngineClient, record: dict[str, Any]) -> int:

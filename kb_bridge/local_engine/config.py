@@ -114,6 +114,13 @@ class EngineConfig:
         )
 
 
+def resolve_data_dir(env: Mapping[str, str], given: Path | str | None = None) -> Path:
+    """The data directory: `given` (--data), else KB_ENGINE_DATA, else the default; `~` expanded."""
+    if given is None and env.get("KB_ENGINE_DATA"):
+        given = env["KB_ENGINE_DATA"]
+    return Path(given if given is not None else default_data_dir(env)).expanduser()
+
+
 def default_data_dir(env: Mapping[str, str]) -> Path:
     """`$XDG_DATA_HOME/kb-bridge/engine`, else `~/.local/share/kb-bridge/engine`."""
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -159,9 +166,7 @@ def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, An
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
-    if values.get("data_dir") is None:
-        values["data_dir"] = default_data_dir(env)
-    values["data_dir"] = Path(values["data_dir"]).expanduser()
+    values["data_dir"] = resolve_data_dir(env, values.get("data_dir"))
     config = EngineConfig(**values)
     validate(config)
     return config

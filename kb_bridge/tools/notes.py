@@ -99,13 +99,13 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
         raise InvalidArgument("text", "give at least one of text, title or collection to change")
     if new_collection is not None:
         reach.require_writable(ctx.principal, new_collection)
-    if ctx.principal.limited:
-        reach.visible_document(ctx.engine, ctx.principal, document_id)  # elsewhere: NOT_FOUND, as if missing
+    # A limited token reads the note first (elsewhere: NOT_FOUND, as if missing); a move alone reuses that read.
+    seen = reach.visible_document(ctx.engine, ctx.principal, document_id) if ctx.principal.limited else None
     if changes:
         document = _patch(ctx, document_id, changes, expected)
         expected = None  # the version check was done by the engine, atomically
     else:
-        document = shapes.document(ctx.engine.get_document(document_id))
+        document = shapes.document(seen if seen is not None else ctx.engine.get_document(document_id))
         if document["doc_type"] not in (None, "note"):
             raise NotANote()
     if expected is not None and document["version"] != expected:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kb_bridge.errors import SettingsError
+from kb_bridge.errors import Forbidden, SettingsError
 from kb_bridge.settings import McpSettings
 from kb_bridge.tools import browse, documents, notes, related, search, status
-from kb_bridge.tools.spec import ToolSpec
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 from kb_bridge.uploads import tools as uploads
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
@@ -31,3 +31,12 @@ def select(settings: McpSettings, available: tuple[ToolSpec, ...] = ALL_TOOLS) -
         for tool in available
         if (settings.tools is None or tool.name in settings.tools) and (tool.read_only or not settings.read_only)
     ]
+
+
+def call(ctx: ToolContext, name: str, arguments: dict[str, object]) -> Result:
+    """Run one tool by name as its handler runs for an agent (the console and the command line for
+    people): FORBIDDEN without the tool's scope, arguments parsed and validated by its model."""
+    spec = next(spec for spec in ALL_TOOLS if spec.name == name)
+    if not ctx.principal.can(spec.scope):
+        raise Forbidden(f"this token lacks the {spec.scope} scope that {spec.name} needs", scope=spec.scope)
+    return spec.handler(ctx, spec.parse(arguments))

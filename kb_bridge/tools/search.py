@@ -60,7 +60,7 @@ def search(ctx: ToolContext, args: SearchArguments) -> Result:
         batches.append([shapes.chunk(hit) for hit in shapes.listed(raw, "results")])
     if not batches:
         engine_request(args)  # the same validation as any search, then nothing: no collection of its own is asked for
-    return {"query": args.query, "mode": mode or fallback, "results": reach.merged_by_score(batches, args.top) if batches else []}
+    return {"query": args.query, "mode": mode or fallback, "results": reach.merged_by_score(batches, args.top)}
 
 
 TOOLS = [

@@ -46,3 +46,9 @@ def safe_filename(raw: str) -> str:
 
 def extension(filename: str) -> str:
     return os.path.splitext(filename)[1].lower().lstrip(".")
+
+
+def check_type(filename: str, extensions: tuple[str, ...], field: str) -> None:
+    """InvalidArgument naming `field` unless the engine accepts this file's type (KB_UPLOAD_EXTENSIONS)."""
+    if "*" not in extensions and extension(filename) not in extensions:
+        raise InvalidArgument(field, f"the engine accepts these file types: {', '.join(extensions)}")

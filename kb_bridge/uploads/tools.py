@@ -24,7 +24,7 @@ from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
 from kb_bridge.uploads.multipart import file_job_body
-from kb_bridge.uploads.names import extension, new_upload_id, safe_filename
+from kb_bridge.uploads.names import check_type, new_upload_id, safe_filename
 from kb_bridge.uploads.store import Progress, Upload
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,7 @@ def start(ctx: ToolContext, args: StartArguments) -> Result:
     reach.require_writable(ctx.principal, args.collection)
     limits = ctx.settings.uploads
     filename = safe_filename(args.filename)
-    if "*" not in limits.extensions and extension(filename) not in limits.extensions:
-        raise InvalidArgument("filename", f"the engine accepts these file types: {', '.join(limits.extensions)}")
+    check_type(filename, limits.extensions, "filename")
     if args.total_size > limits.max_bytes:
         raise InvalidArgument("total_size", f"must be at most {limits.max_bytes} bytes")
     upload = Upload(

@@ -27,7 +27,7 @@ from kb_bridge.runtime import Bridge
 from kb_bridge.tools import reach, registry
 from kb_bridge.tools.spec import Result, ToolContext
 from kb_bridge.uploads.multipart import file_job_body
-from kb_bridge.uploads.names import extension, safe_filename
+from kb_bridge.uploads.names import check_type, safe_filename
 from kb_bridge.web.console.sessions import SESSION_SECONDS, Sessions
 
 COOKIE = "kb_console"
@@ -43,17 +43,10 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
     secure_public = (bridge.settings.mcp.oauth.public_url or "").startswith("https://")
 
     def call(tool: str, arguments: dict[str, Any]) -> Result:
-        spec = next(spec for spec in registry.ALL_TOOLS if spec.name == tool)
-        principal: Principal = g.session.principal
-        if not principal.can(spec.scope):
-            raise Forbidden(f"this token lacks the {spec.scope} scope")
-        ctx = context()
+        ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings,
+                          principal=g.session.principal)
         with ctx.engine.deadline(bridge.settings.engine.call_deadline()):
-            return spec.handler(ctx, spec.parse(arguments))
-
-    def context() -> ToolContext:
-        return ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings,
-                           principal=g.session.principal)
+            return registry.call(ctx, tool, arguments)
 
     def secure() -> bool:
         return request.is_secure or secure_public
@@ -257,8 +250,7 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
             raise InvalidArgument("file", "choose a file to upload")
         filename = safe_filename(file.filename)
         limits = bridge.settings.uploads
-        if "*" not in limits.extensions and extension(filename) not in limits.extensions:
-            raise InvalidArgument("file", f"the engine accepts these file types: {', '.join(limits.extensions)}")
+        check_type(filename, limits.extensions, "file")
         stream = file.stream
         stream.seek(0, 2)
         size = stream.tell()

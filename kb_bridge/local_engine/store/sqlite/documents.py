@@ -328,13 +328,14 @@ _BLOB_PIECE = 1024 * 1024
 def store_original(conn: sqlite3.Connection, doc_id: int, original: Original) -> None:
     """Keep the uploaded file with its document, copied into the blob in pieces (incremental blob I/O)."""
     size = os.path.getsize(original.path)
-    cursor = conn.execute(
+    conn.execute(
         "INSERT OR REPLACE INTO originals (document_id, filename, content_type, size, data) VALUES (?, ?, ?, ?, zeroblob(?))",
         (doc_id, original.filename, original.content_type, size, size),
     )
     if size == 0:
         return
-    with open(original.path, "rb") as source, conn.blobopen("originals", "data", cursor.lastrowid or doc_id) as blob:
+    # document_id is the INTEGER PRIMARY KEY, so it is the row id the blob is opened by.
+    with open(original.path, "rb") as source, conn.blobopen("originals", "data", doc_id) as blob:
         while piece := source.read(_BLOB_PIECE):
             blob.write(piece)
 
