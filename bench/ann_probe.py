@@ -3,10 +3,13 @@
 On a tier's stored vectors (float32, from its engine.sqlite3) and the first `--queries` SciFact claims:
 exact top 10 in float32 against (1) exact search over the float16 copies, (2) usearch's exhaustive search
 over the engine's saved graph, (3) the saved graph at several search breadths, and, with --connectivity and
---expansion-add, (4) a graph built here with other parameters.
+--expansion-add, (4) a graph built here with other parameters, and with --postgres, (5) pgvector's HNSW
+index in a database that `kb-bridge migrate` filled from the same tier, at each search breadth (ef_search,
+at most 1,000), with the time of each SQL query (p50 and p95 over the queries, after a warm-up pass).
 
     python bench/ann_probe.py --data /tmp/scale/tier-1000000
     python bench/ann_probe.py --data /tmp/scale/tier-1000000 --connectivity 32 --expansion-add 128
+    python bench/ann_probe.py --data /tmp/scale/tier-1000000 --postgres postgresql://... --ef 40,64,128
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ef", default="128,512,2048,8192", help="search breadths to try on the saved graph")
     parser.add_argument("--connectivity", type=int, help="also build a graph with this connectivity")
     parser.add_argument("--expansion-add", type=int, default=128, help="... and this build breadth")
+    parser.add_argument("--postgres", metavar="URL", help="probe pgvector in this database instead of usearch")
     args = parser.parse_args(argv)
     from sentence_transformers import SentenceTransformer
     from usearch.index import Index
@@ -47,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = SentenceTransformer(str(bundled_model_dir()), device="cpu")
     queries = model.encode(list(claims.values())[: args.queries], normalize_embeddings=True).astype(np.float32)
     exact = [set(keys[np.argpartition(-(matrix @ q), 10)[:10]].tolist()) for q in queries]
+    if args.postgres:
+        probe_postgres(args.postgres, queries, exact, [int(e) for e in args.ef.split(",")])
+        return 0
     half = matrix.astype(np.float16).astype(np.float32)
     print(f"float16 exact against float32 exact: {overlap(exact, [set(keys[np.argpartition(-(half @ q), 10)[:10]].tolist()) for q in queries]):.3f}")
     saved = Index.restore(str(args.data / "indexes" / "vectors.usearch"), view=False)
@@ -69,6 +76,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_query = (time.perf_counter() - started) / len(queries) * 1000
             print(f"{name}, ef {ef}: recall@10 {overlap(exact, found):.3f}, {per_query:.2f} ms per query")
     return 0
+
+
+def probe_postgres(url: str, queries: np.ndarray, exact: list[set[int]], breadths: list[int]) -> None:
+    import psycopg
+
+    from kb_bridge.local_engine.store.postgres.documents import vector_literal
+
+    literals = [vector_literal(q) for q in queries]
+    sql = "SELECT chunk_id FROM embeddings ORDER BY vector <=> %s::halfvec LIMIT 10"
+    with psycopg.connect(url, autocommit=True) as conn:
+        for literal in literals:  # warm the index's pages into shared buffers
+            conn.execute(sql, (literal,)).fetchall()
+        for ef in breadths:
+            conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            found, times = [], []
+            for literal in literals:
+                started = time.perf_counter()
+                found.append({int(row[0]) for row in conn.execute(sql, (literal,)).fetchall()})
+                times.append((time.perf_counter() - started) * 1000)
+            print(f"pgvector, ef_search {ef}: recall@10 {overlap(exact, found):.3f}, "
+                  f"p50 {np.percentile(times, 50):.2f} ms, p95 {np.percentile(times, 95):.2f} ms per query")
 
 
 if __name__ == "__main__":

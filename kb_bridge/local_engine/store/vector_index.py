@@ -32,8 +32,8 @@ from .base import Ranking
 
 EXACT_BELOW = 20_000
 EXACT_SUBSET = 20_000
-# 16 links per node and a search beam of 128 give recall@10 >= 0.99 at a million (docs/benchmarks.md);
-# a wider beam at build time makes a slightly better graph for a slower build.
+# 16 links per node and a search beam of 128: recall@10 0.99 at 100k but 0.82 at a million synthetic vectors;
+# 32 links, build beam 128 and search beam 512 reach 0.981 there (docs/benchmarks.md, "ANN recall@10").
 CONNECTIVITY = 16
 EXPANSION_ADD = 64
 EXPANSION_SEARCH = 128
