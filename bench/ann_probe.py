@@ -22,7 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from common import SCIFACT, load_beir, progress
+from common import SCIFACT, load_beir, percentile, progress
+
+
+def top10(keys: np.ndarray, matrix: np.ndarray, query: np.ndarray) -> set[int]:
+    """The keys of the 10 rows of `matrix` most similar to `query`, by exact comparison."""
+    return set(keys[np.argpartition(-(matrix @ query), 10)[:10]].tolist())
 
 
 def overlap(exact: list[set[int]], found: list[set[int]]) -> float:
@@ -33,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="a tier's data directory")
     parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--ef", default="128,512,2048,8192", help="search breadths to try on the saved graph")
+    parser.add_argument("--ef", default="128,512,2048,8192", help="search breadths to try (usearch's expansion_search, pgvector's ef_search)")
     parser.add_argument("--connectivity", type=int, help="also build a graph with this connectivity")
     parser.add_argument("--expansion-add", type=int, default=128, help="... and this build breadth")
     parser.add_argument("--postgres", metavar="URL", help="probe pgvector in this database instead of usearch")
@@ -50,12 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _, claims = load_beir(SCIFACT)
     model = SentenceTransformer(str(bundled_model_dir()), device="cpu")
     queries = model.encode(list(claims.values())[: args.queries], normalize_embeddings=True).astype(np.float32)
-    exact = [set(keys[np.argpartition(-(matrix @ q), 10)[:10]].tolist()) for q in queries]
+    exact = [top10(keys, matrix, q) for q in queries]
+    breadths = [int(e) for e in args.ef.split(",")]
     if args.postgres:
-        probe_postgres(args.postgres, queries, exact, [int(e) for e in args.ef.split(",")])
+        probe_postgres(args.postgres, queries, exact, breadths)
         return 0
     half = matrix.astype(np.float16).astype(np.float32)
-    print(f"float16 exact against float32 exact: {overlap(exact, [set(keys[np.argpartition(-(half @ q), 10)[:10]].tolist()) for q in queries]):.3f}")
+    print(f"float16 exact against float32 exact: {overlap(exact, [top10(keys, half, q) for q in queries]):.3f}")
     saved = Index.restore(str(args.data / "indexes" / "vectors.usearch"), view=False)
     print(f"usearch exhaustive: {overlap(exact, [set(saved.search(q, 10, exact=True).keys.tolist()) for q in queries]):.3f}")
     graphs = [("saved graph", saved)]
@@ -69,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"built in {time.perf_counter() - started:.0f} s, {built.memory_usage >> 20} MiB")
         graphs.append((f"connectivity {args.connectivity}", built))
     for name, graph in graphs:
-        for ef in (int(e) for e in args.ef.split(",")):
+        for ef in breadths:
             graph.expansion_search = ef
             started = time.perf_counter()
             found = [set(graph.search(q, 10).keys.tolist()) for q in queries]
@@ -96,7 +102,7 @@ def probe_postgres(url: str, queries: np.ndarray, exact: list[set[int]], breadth
                 found.append({int(row[0]) for row in conn.execute(sql, (literal,)).fetchall()})
                 times.append((time.perf_counter() - started) * 1000)
             print(f"pgvector, ef_search {ef}: recall@10 {overlap(exact, found):.3f}, "
-                  f"p50 {np.percentile(times, 50):.2f} ms, p95 {np.percentile(times, 95):.2f} ms per query")
+                  f"p50 {percentile(times, 0.5):.2f} ms, p95 {percentile(times, 0.95):.2f} ms per query")
 
 
 if __name__ == "__main__":
