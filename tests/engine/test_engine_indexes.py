@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from usearch.index import Index
 
 from kb_bridge.local_engine.store import vector_index
 from kb_bridge.local_engine.store.base import DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
@@ -84,6 +85,23 @@ def test_a_saved_index_comes_back_only_whole_and_for_the_same_identity(tmp_path:
     with open(path, "r+b") as handle:  # a torn file
         handle.truncate(path.stat().st_size // 2)
     assert VectorIndex.restore(path, identity, DIM) is None
+
+
+def test_a_graph_saved_with_other_links_is_rebuilt_not_restored(tmp_path: Path) -> None:
+    """An engine whose graph parameters changed (16 links before, vector_index.CONNECTIVITY now) builds the
+    denser graph once instead of serving the old one."""
+    rng = np.random.default_rng(10)
+    old = VectorIndex(DIM, Index(ndim=DIM, metric="cos", dtype="f16", connectivity=vector_index.CONNECTIVITY // 2))
+    old.add(list(range(1, 51)), _unit_rows(rng, 50))
+    path = tmp_path / "vectors.usearch"
+    identity = {"database": "abc", "model": MODEL}
+    old.save(path, {**identity, "position": 1})
+    assert VectorIndex.restore(path, identity, DIM) is None
+    current = VectorIndex(DIM)
+    current.add(list(range(1, 51)), _unit_rows(rng, 50))
+    current.save(path, {**identity, "position": 1})
+    restored = VectorIndex.restore(path, identity, DIM)
+    assert restored is not None and len(restored) == 50
 
 
 # --- through the store ------------------------------------------------------------------------------------------

@@ -32,11 +32,13 @@ from .base import Ranking
 
 EXACT_BELOW = 20_000
 EXACT_SUBSET = 20_000
-# 16 links per node and a search beam of 128: recall@10 0.99 at 100k but 0.82 at a million synthetic vectors;
-# 32 links, build beam 128 and search beam 512 reach 0.981 there (docs/benchmarks.md, "ANN recall@10").
-CONNECTIVITY = 16
-EXPANSION_ADD = 64
-EXPANSION_SEARCH = 128
+# 32 links per node, a build beam of 128 and a search beam of 512: recall@10 0.981 at a million vectors for
+# about 3 ms a search and 1.5 GB; the earlier graph (16 links, beams 64 and 128) reached only 0.82 there,
+# and no search beam lifted that graph past 0.93 (docs/benchmarks.md, "ANN recall@10"). A graph saved with
+# other links is rebuilt at start (`restore`), so an upgrade gets the better graph once.
+CONNECTIVITY = 32
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 512
 # A filtered search asks the graph for this many times the share of the index it needs.
 OVERSAMPLE = 4
 _MAX_ASK = 20_000
@@ -90,8 +92,10 @@ class VectorIndex:
     def __init__(self, dim: int, index: Index | None = None, exact_below: int = EXACT_BELOW) -> None:
         self.dim = dim
         self.exact_below = exact_below
-        self._index = index or Index(ndim=dim, metric="cos", dtype="f16", connectivity=CONNECTIVITY,
-                                     expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+        if index is None:  # not `index or`: an empty usearch Index is falsy
+            index = Index(ndim=dim, metric="cos", dtype="f16", connectivity=CONNECTIVITY,
+                          expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+        self._index = index
         self._lock = _SharedLock()
 
     def __len__(self) -> int:
@@ -199,8 +203,8 @@ class VectorIndex:
     @classmethod
     def restore(cls, path: Path, identity: dict[str, object], dim: int,
                 exact_below: int = EXACT_BELOW) -> VectorIndex | None:
-        """The index saved at `path` if its manifest matches `identity` (every key but the position) and it
-        is whole; else None (the caller rebuilds)."""
+        """The index saved at `path` if its manifest matches `identity` (every key but the position), it is
+        whole and its graph has this version's connectivity; else None (the caller rebuilds)."""
         manifest = saved_manifest(path)
         if manifest.get("dim") != dim or any(manifest.get(key) != value for key, value in identity.items()):
             return None
@@ -208,7 +212,8 @@ class VectorIndex:
             index = Index.restore(str(path))
         except (OSError, ValueError, RuntimeError):
             return None
-        if index is None or len(index) != manifest.get("count") or index.ndim != dim:
+        if index is None or len(index) != manifest.get("count") or index.ndim != dim \
+                or index.connectivity != CONNECTIVITY:
             return None
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # the stub lacks the property's setter
         return cls(dim, index, exact_below)
