@@ -50,6 +50,22 @@ def test_the_graph_finds_what_exact_search_finds() -> None:
     assert sum(found) / (10 * len(queries)) >= 0.95
 
 
+def test_search_ranks_by_the_exact_cosine_of_the_stored_vectors() -> None:
+    """usearch's own cosines are off by ~1e-5 (vector_index.RESCORE): the index re-scores its candidates, so
+    graph and exhaustive searches return exactly the cosines `similarities` gives, best first."""
+    rng = np.random.default_rng(11)
+    vectors = _unit_rows(rng, 3000)
+    ids = list(range(1, 3001))
+    for exact_below in (0, 10**6):  # the graph, then usearch's exhaustive search
+        index = VectorIndex(DIM, exact_below=exact_below)
+        index.add(ids, vectors, threads=0)
+        for query in _unit_rows(rng, 20):
+            ranking = index.search(query, 10)
+            assert [score for _, score in ranking] == sorted((score for _, score in ranking), reverse=True)
+            cosines = index.similarities(query, [chunk_id for chunk_id, _ in ranking])
+            assert [score for _, score in ranking] == pytest.approx([cosines[c] for c, _ in ranking], abs=1e-6)
+
+
 def test_a_filtered_graph_search_returns_only_allowed_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vector_index, "EXACT_SUBSET", 10)  # force the graph path for the filter
     rng = np.random.default_rng(8)
