@@ -195,6 +195,24 @@ def test_a_bad_or_unreachable_database_stops_the_engine_naming_it_never_the_pass
     assert not (tmp_path / "d" / "engine.sqlite3").exists()  # never a silent fall back to SQLite
 
 
+def test_the_start_log_and_status_name_the_store_never_the_password(tmp_path: Path,
+                                                                    postgres_server: PostgresServer) -> None:
+    # The test server trusts local connections, so a URL with a password connects and the password is only
+    # there to be kept out of the log.
+    url = postgres_server.new_database().replace("postgresql://postgres@", "postgresql://postgres:hunter2pw@")
+    engine = start_engine(tmp_path, tmp_path / "pg", {"KB_ENGINE_DATABASE_URL": url, **FTS_ONLY})
+    local = start_engine(tmp_path, tmp_path / "local", FTS_ONLY)
+    try:
+        assert requests.get(f"{engine.url}{API}/status", timeout=30).json()["store"] == "postgresql"
+        assert requests.get(f"{local.url}{API}/status", timeout=30).json()["store"] == "sqlite"
+        wait_until(lambda: "store: postgresql at postgresql://postgres:***@" in engine.log(), 30, what="the log line")
+        assert "hunter2pw" not in engine.log()
+        wait_until(lambda: "store: sqlite at " in local.log(), 30, what="the log line")
+    finally:
+        engine.stop()
+        local.stop()
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path, postgres_server: PostgresServer) -> None:
     url = postgres_server.new_database()
     with psycopg.connect(url, autocommit=True) as conn:
