@@ -15,7 +15,9 @@ import flask
 import numpy as np
 import pytest
 
+from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder
+from kb_bridge.local_engine.ingest import worker
 
 from .helpers import API, upload, wait_for, wait_job
 
@@ -30,12 +32,15 @@ class RecordingEmbedder:
         self.calls: list[list[str]] = []
         self.gate = threading.Event()
         self.first_call = threading.Event()
+        self.returned = 0
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         self.first_call.set()
         assert self.gate.wait(60), "the test never opened the gate"
         self.calls.append(list(texts))
-        return self._model.embed_documents(texts)
+        vectors = self._model.embed_documents(texts)
+        self.returned += 1
+        return vectors
 
     def submit_query(self, text: str) -> Future[np.ndarray]:
         return self._model.submit_query(text)
@@ -119,3 +124,58 @@ def test_priority_is_by_size_unless_asked(client: Any) -> None:
     assert wrong.status_code == 422 and "priority" in wrong.json["error"]["message"]
     wrong_form = upload(client, "b.txt", b"data", priority="now")
     assert wrong_form.status_code == 422 and "priority" in wrong_form.json["error"]["message"]
+
+
+class TransactionRecorder:
+    """The store's `complete_jobs`, unchanged, with a record of the job ids each transaction wrote."""
+
+    def __init__(self, complete_jobs: Callable[..., Any]) -> None:
+        self._complete_jobs = complete_jobs
+        self.groups: list[list[int]] = []
+
+    def __call__(self, finished: Sequence[Any], now: str) -> Any:
+        self.groups.append([job.job_id for job in finished])
+        return self._complete_jobs(finished, now)
+
+
+def _record_transactions(app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> TransactionRecorder:
+    store = engine_of(app).store
+    recorder = TransactionRecorder(store.complete_jobs)
+    monkeypatch.setattr(store, "complete_jobs", recorder)
+    return recorder
+
+
+def test_bulk_jobs_finished_close_together_are_written_in_one_transaction(
+    gated_app: flask.Flask, recorder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wait far longer than the model needs for these 3 calls, so that the test does not depend on speed.
+    monkeypatch.setattr(worker, "GROUP_WAIT_SECONDS", 30.0)
+    transactions = _record_transactions(gated_app, monkeypatch)
+    client = gated_app.test_client()
+    job_ids = _queue_files(client, 1)
+    assert recorder.first_call.wait(60)
+    job_ids += _queue_files(client, 11, start=1)
+    recorder.gate.set()
+    jobs = [wait_job(client, job_id) for job_id in job_ids]
+    assert all(job["status"] == "done" for job in jobs), jobs
+    assert len(recorder.calls) >= 3  # batch 4: the 12 jobs finished over at least 3 model calls...
+    assert sorted(job for group in transactions.groups for job in group) == sorted(job_ids)
+    assert len(transactions.groups) < len(recorder.calls), transactions.groups  # ...and were written in fewer
+
+
+def test_an_interactive_job_ends_the_wait_of_finished_bulk_work(
+    gated_app: flask.Flask, recorder: RecordingEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "GROUP_WAIT_SECONDS", 600.0)
+    transactions = _record_transactions(gated_app, monkeypatch)
+    client = gated_app.test_client()
+    bulk = _queue_files(client, 1)
+    assert recorder.first_call.wait(60)
+    recorder.gate.set()
+    wait_for(lambda: recorder.returned == 1, "the bulk job's model call")
+    note = client.post(f"{API}/jobs", json={"text": "The heron count moved to Thursday."})
+    assert note.status_code == 202 and note.json["priority"] == "interactive"
+    # Done long before the 600 s wait: the note is written at once, and the waiting bulk job with it.
+    assert wait_job(client, note.json["id"])["status"] == "done"
+    assert wait_job(client, bulk[0])["status"] == "done"
+    assert transactions.groups == [[bulk[0], note.json["id"]]]

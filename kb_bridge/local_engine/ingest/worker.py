@@ -13,9 +13,10 @@ Three threads, each doing one kind of work, so that the model is never idle wait
   length waste little) and embeds it `batch_size` chunks per call. Interactive jobs' chunks go first; between
   two calls of a bulk window it embeds any interactive job that arrived meanwhile, so a note waits for at
   most one call, not for the queue.
-- **store** (`kb-engine-store`) writes all the finished jobs waiting for it in one transaction; the store
-  marks them done once search finds them (store/base.py). A group that fails to write is retried job by
-  job, so one bad job fails alone.
+- **store** (`kb-engine-store`) writes all the finished jobs waiting for it in one transaction (bulk work
+  first waits up to `GROUP_WAIT_SECONDS` for more; interactive work never waits); the store marks them done
+  once search finds them (store/base.py). A group that fails to write is retried job by job, so one bad job
+  fails alone.
 
 Every job a thread holds is in `_in_flight` until it is stored or failed. Stopping takes the threads down
 between model calls and puts the jobs they held back in the queue; a crash leaves them `running`, and the
@@ -31,6 +32,7 @@ import logging
 import mimetypes
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,11 @@ AHEAD_WINDOWS = 2
 # The most jobs and chunks one transaction stores.
 GROUP_JOBS = 512
 GROUP_CHUNKS = 20_000
+# How long finished bulk work waits for more to write with it. One transaction per model call made the
+# store thread commit ~50 times a second when the model is fast; its commits (SQLite, tantivy, the HNSW
+# log) then took CPU and cache from the model's threads on 2 cores (docs/benchmarks.md, "Where the CPU
+# goes"). Half a second is nothing to a bulk load and is never paid by interactive work.
+GROUP_WAIT_SECONDS = 0.5
 _TICK = 0.5
 
 
@@ -304,20 +311,34 @@ class IngestionWorker:
             first = self._finished.get()
             if first is None:
                 return
-            group, chunks, last = [first], len(first.texts), False
-            while len(group) < GROUP_JOBS and chunks < GROUP_CHUNKS:
-                try:
-                    work = self._finished.get_nowait()
-                except queue.Empty:
-                    break
-                if work is None:
-                    last = True
-                    break
-                group.append(work)
-                chunks += len(work.texts)
+            group, last = self._gather(first)
             self._write([work for work in group if not work.failed])
             if last:
                 return
+
+    def _gather(self, first: _Work) -> tuple[list[_Work], bool]:
+        """The finished jobs to write in one transaction with `first`, and whether the worker is stopping.
+
+        Interactive work is written at once, with whatever else is finished. Bulk work waits up to
+        GROUP_WAIT_SECONDS for the jobs finishing after it, so that a bulk load makes a few large
+        transactions (and full-text index commits) rather than one per model call; an interactive job
+        arriving meanwhile ends the wait.
+        """
+        group, chunks = [first], len(first.texts)
+        deadline = time.monotonic() + (0.0 if first.job.interactive else GROUP_WAIT_SECONDS)
+        while len(group) < GROUP_JOBS and chunks < GROUP_CHUNKS:
+            wait = deadline - time.monotonic()
+            try:
+                work = self._finished.get(timeout=wait) if wait > 0 else self._finished.get_nowait()
+            except queue.Empty:
+                break
+            if work is None:
+                return group, True
+            group.append(work)
+            chunks += len(work.texts)
+            if work.job.interactive:
+                deadline = 0.0  # somebody is waiting for this one: write what is finished now
+        return group, False
 
     def _write(self, group: list[_Work]) -> None:
         if not group:
