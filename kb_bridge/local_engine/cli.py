@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     # and its pool spinning against torch's, which has just embedded the query, made searches 2-10x
     # slower on 2 cores (bench/engine_bench.py).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # torch's OpenMP threads (libgomp, which reads this when torch loads) sleep between parallel regions
+    # instead of spinning. Spinning is the raw model's best alone on the cores, but here the upload, store
+    # and search threads need those cores between the model's operations: with spinning the engine
+    # ingested at 0.78 of the raw model's rate, without it at 0.85 (docs/benchmarks.md, "Where the CPU goes").
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         config = config_from_args(args)
         configure_logging(args.log_level.upper(), config.log_json, [config.api_key] if config.api_key else [])

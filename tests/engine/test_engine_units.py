@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from itertools import pairwise
 from pathlib import Path
 
@@ -165,6 +166,28 @@ def test_cli_help_and_refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert cli.main(["--data", str(tmp_path), "--bind", "0.0.0.0:8000"]) == 2
     assert "refusing to bind" in capsys.readouterr().err
     assert cli.main(["--data", str(tmp_path), "--bind", "8000"]) == 2
+
+
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_engine_command_lets_torch_threads_sleep_unless_told_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str | None, expected: str) -> None:
+    """OMP_WAIT_POLICY must be in the environment before torch loads (the server loads it later); an
+    operator's own value stands."""
+    from kb_bridge.local_engine import server
+
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    seen: dict[str, str | None] = {}
+
+    def serve(config: object, log_level: str) -> int:
+        seen["policy"] = os.environ.get("OMP_WAIT_POLICY")
+        return 0
+
+    monkeypatch.setattr(server, "serve", serve)
+    assert cli.main(["--data", str(tmp_path), "--no-embeddings"]) == 0
+    assert seen["policy"] == expected
 
 
 def test_chunking_is_linear_on_text_without_break_points() -> None:
