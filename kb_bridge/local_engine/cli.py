@@ -33,6 +33,7 @@ environment:
   KB_ENGINE_WAIT_FOR_MODEL    1: load the model before serving instead of in the background
   KB_ENGINE_DEVICE            auto (default: CUDA, then MPS, then CPU) | cpu | cuda | mps (same as --device)
   KB_ENGINE_EMBED_BATCH       chunks per model call while ingesting (default 16)
+  KB_ENGINE_EMBED_WORKERS     copies of the model embedding documents side by side (default 0: one per core, up to 4)
   KB_ENGINE_MAX_UPLOAD_BYTES  largest accepted upload (default 629145600 = 600 MiB)
   KB_ENGINE_THREADS           request threads (default 8)
   KB_LOG_JSON                 1 (default): one JSON object per log line on stderr, as kb-bridge logs; 0: plain text

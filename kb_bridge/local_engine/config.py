@@ -55,6 +55,9 @@ class EngineConfig:
     # Chunks per model call; several jobs' chunks share a call (ingest/worker.py). 16 was the fastest in
     # float32 on 2 CPU cores (bench/ingestion.py, docs/benchmarks.md).
     embed_batch_size: int = 16
+    # Copies of the model that embed documents side by side, each on its own thread (embedding/document_pool.py);
+    # 0: one per core up to 4 on a CPU, one on a GPU.
+    embed_workers: int = 0
     # Hybrid fusion (fusion.py): "convex" sums cosine and BM25-share-of-its-ceiling with these weights;
     # "rrf" sums weight / (rrf_k + rank). Chosen and tuned on SciFact's train claims (docs/benchmarks.md):
     # convex 1:1 0.749 nDCG@10; rrf 0.736 at k = 5, 0.727 at k = 60. 200 candidates instead of 100 gained
@@ -203,6 +206,7 @@ _INT_VARS = (
     ("chunk_chars", "KB_ENGINE_CHUNK_CHARS", 200, 100_000),
     ("chunk_overlap", "KB_ENGINE_CHUNK_OVERLAP", 0, 50_000),
     ("embed_batch_size", "KB_ENGINE_EMBED_BATCH", 1, 4096),
+    ("embed_workers", "KB_ENGINE_EMBED_WORKERS", 0, 64),
     ("query_threads", "KB_ENGINE_QUERY_THREADS", 1, 256),
     ("rrf_k", "KB_ENGINE_RRF_K", 0, 100_000),
     ("candidates", "KB_ENGINE_CANDIDATES", 1, 10_000),

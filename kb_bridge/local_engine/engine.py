@@ -59,7 +59,8 @@ class Engine:
                                background=not self.config.wait_for_model,
                                query_precision=self.config.query_precision,
                                query_threads=self.config.query_threads, device=self.config.device,
-                               document_precision=self.config.document_precision)
+                               document_precision=self.config.document_precision,
+                               document_workers=self.config.embed_workers)
         except BaseException:
             self.close()
             raise

@@ -71,17 +71,19 @@ DOCUMENT_MIN_COSINE = 0.999
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 on one device.
 
-    Two copies of the model: Hugging Face fast tokenizers are not safe to call from two threads at once
-    ("Already borrowed"), and one shared copy behind a lock would make every search wait for the ingestion
-    worker's current batch (seconds). The copy for queries is small (90 MB, 45 MB in bfloat16), answers in
-    milliseconds, and runs on a thread of its own (query_model.py says how and why).
+    Separate copies of the model for queries and for documents: Hugging Face fast tokenizers are not safe to
+    call from two threads at once ("Already borrowed"), and one shared copy behind a lock would make every
+    search wait for the ingestion worker's current batch (seconds). The copy for queries is small (90 MB,
+    45 MB in bfloat16), answers in milliseconds, and runs on a thread of its own (query_model.py says how and
+    why). Documents go to a pool of copies working side by side (document_pool.py).
     """
 
     def __init__(
         self, model_dir: Path, name: str = MODEL_NAME, batch_size: int = 16, query_precision: str = "auto",
-        query_threads: int = 1, device: str = "cpu", document_precision: str = "auto",
+        query_threads: int = 1, device: str = "cpu", document_precision: str = "auto", document_workers: int = 0,
     ) -> None:
         from .device import half_precision
+        from .document_pool import DocumentPool, plan_workers, usable_cores
         from .precision import in_precision
         from .query_model import QueryThread
 
@@ -93,18 +95,25 @@ class SentenceTransformerEmbedder:
         dimension = getattr(documents_model, "get_embedding_dimension", None)
         dimension = dimension or documents_model.get_sentence_embedding_dimension
         self.dim = int(dimension())
-        self._documents_model, self.document_precision = in_precision(
+        documents_model, self.document_precision = in_precision(
             documents_model, document_precision, half, lambda model: self._encode(model, list(_DOCUMENT_SAMPLE)),
             DOCUMENT_MIN_COSINE, "documents' model",
         )
+        workers, threads_each = plan_workers(document_workers, device, usable_cores())
+        self._documents = DocumentPool(documents_model, workers, threads_each, self._encode)
+        self.document_workers = workers
         self._queries = QueryThread(_load_sentence_transformer(model_dir, device), query_precision, query_threads,
                                     half)
         self.query_precision = self._queries.precision
         self._documents_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            import numpy as np
+
+            return np.empty((0, self.dim), dtype=np.float32)
         with self._documents_lock:
-            return self._encode(self._documents_model, list(texts))
+            return self._documents.embed(texts)
 
     def submit_query(self, text: str) -> Future[np.ndarray]:
         """Embed one query on the query thread; the caller may do other work (the BM25 query) meanwhile."""
@@ -210,7 +219,7 @@ class EmbedderSlot:
 
 def start_embedder(
     slot: EmbedderSlot, choice: str, batch_size: int, background: bool, query_precision: str = "auto",
-    query_threads: int = 1, device: str = "auto", document_precision: str = "auto",
+    query_threads: int = 1, device: str = "auto", document_precision: str = "auto", document_workers: int = 0,
 ) -> None:
     """Fill the slot as configured: `none`, `auto` (the model if installed) or `minilm` (must be installed).
 
@@ -240,6 +249,7 @@ def start_embedder(
         logger.info("loading embedding model %s from %s on %s", MODEL_NAME, model_dir, selected)
         return SentenceTransformerEmbedder(model_dir, batch_size=batch_size, query_precision=query_precision,
                                            query_threads=query_threads, device=selected,
-                                           document_precision=document_precision)
+                                           document_precision=document_precision,
+                                           document_workers=document_workers)
 
     slot.load(load, background)

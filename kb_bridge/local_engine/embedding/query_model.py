@@ -48,7 +48,7 @@ class QueryThread:
 
     def __init__(self, model: Any, precision: str, threads: int, half: str = "bfloat16") -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-engine-query")
-        _limit_torch_threads(self._executor, threads)
+        limit_torch_threads(self._executor, threads)
         self._model, self.precision = self._executor.submit(_in_precision, model, precision, half).result()
 
     def submit(self, text: str) -> Future[np.ndarray]:
@@ -74,7 +74,7 @@ def encode_query(model: Any, text: str) -> np.ndarray:
     return np.asarray(vector.cpu().numpy(), dtype=np.float32)
 
 
-def _limit_torch_threads(executor: ThreadPoolExecutor, threads: int) -> None:
+def limit_torch_threads(executor: ThreadPoolExecutor, threads: int) -> None:
     """Give the executor's thread `threads` torch threads and leave every other thread as it was.
 
     torch.set_num_threads() sets the calling thread's OpenMP thread count and the process default that other
