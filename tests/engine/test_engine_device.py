@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kb_bridge.local_engine.config import load_config
+from kb_bridge.local_engine.embedding.document_pool import plan_workers, usable_cores
 from kb_bridge.local_engine.embedding.device import half_precision, select_device
 from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
 from kb_bridge.local_engine.errors import ConfigError
@@ -78,3 +79,5 @@ def test_an_engine_asked_for_a_gpu_this_machine_lacks_stops_with_a_message(tmp_p
 def test_status_reports_the_device_the_model_runs_on(vclient: object) -> None:
     status = vclient.get(f"{API}/status").json  # type: ignore[attr-defined]
     assert status["device"] == "cpu" and status["model"]["precision"]["documents"] in ("float32", "bfloat16")
+    # the copies of the model embedding documents on this CPU (embedding/document_pool.py)
+    assert status["model"]["document_workers"] == plan_workers(0, "cpu", usable_cores())[0]

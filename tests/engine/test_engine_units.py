@@ -122,9 +122,10 @@ def test_vector_index_search_filters_and_removal() -> None:
 def test_config_from_environment(tmp_path: Path) -> None:
     config = load_config({"KB_ENGINE_DATA": str(tmp_path), "KB_API_KEY": "k", "KB_ENGINE_BIND": "0.0.0.0:9000",
                           "KB_ENGINE_EMBEDDER": "NONE", "KB_ENGINE_RRF_K": "10", "KB_ENGINE_WAIT_FOR_MODEL": "yes",
-                          "KB_ENGINE_FUSION": "RRF"})
+                          "KB_ENGINE_FUSION": "RRF", "KB_ENGINE_EMBED_WORKERS": "3"})
     assert (config.data_dir, config.api_key, config.host, config.port) == (tmp_path, "k", "0.0.0.0", 9000)
     assert config.embedder == "none" and config.rrf_k == 10 and config.wait_for_model and config.fusion == "rrf"
+    assert config.embed_workers == 3 and load_config({"HOME": "/h"}).embed_workers == 0  # 0: picked per machine
     assert load_config({"XDG_DATA_HOME": str(tmp_path)}).data_dir == tmp_path / "kb-bridge" / "engine"
     assert load_config({"HOME": "/h"}, {"port": 1234, "threads": None}).port == 1234
 
@@ -139,6 +140,7 @@ def test_config_from_environment(tmp_path: Path) -> None:
     ({"KB_ENGINE_FUSION": "max"}, "KB_ENGINE_FUSION"),
     ({"KB_ENGINE_QUERY_PRECISION": "int8"}, "KB_ENGINE_QUERY_PRECISION"),
     ({"KB_ENGINE_QUERY_THREADS": "0"}, "KB_ENGINE_QUERY_THREADS"),
+    ({"KB_ENGINE_EMBED_WORKERS": "-1"}, "KB_ENGINE_EMBED_WORKERS"),
     ({"KB_ENGINE_FTS_WEIGHT": "0", "KB_ENGINE_VECTOR_WEIGHT": "0"}, "KB_ENGINE_FTS_WEIGHT"),
 ])
 def test_config_errors_name_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:
