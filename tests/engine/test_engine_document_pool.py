@@ -58,4 +58,10 @@ def test_the_documents_pool_agrees_with_one_copy_and_limits_its_threads(model: S
     pooled = model.embed_documents(texts)
     alone = model._encode(pool._models[0], texts)  # one copy, one call, on this thread
     assert pooled.shape == (5, model.dim)
-    assert np.min(np.sum(pooled * alone, axis=1)) > 0.9999
+    assert np.allclose(np.linalg.norm(pooled, axis=1), 1.0, atol=1e-5)  # unit length in any number format
+    similarity = pooled @ alone.T
+    assert np.argmax(similarity, axis=1).tolist() == list(range(5))  # every vector is its own text's
+    # The copies see other batches (other padding) than one call over all five: in float32 that changes
+    # nothing visible; in bfloat16 (chosen where the CPU has it) rounding moves a long text's vector by ~0.3 %.
+    floor = 0.9999 if model.document_precision == "float32" else 0.99
+    assert np.min(np.diag(similarity)) > floor

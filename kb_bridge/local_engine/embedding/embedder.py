@@ -126,10 +126,13 @@ class SentenceTransformerEmbedder:
         import numpy as np
 
         vectors = model.encode(  # type: ignore[attr-defined]
-            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=False,
+            texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False,
         )
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+        # Normalised here, in float32: a bfloat16 model normalises in bfloat16, whose vectors are off unit length
+        # by up to 0.4 %, and every score downstream is a dot product (as encode_query in query_model.py does).
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, np.float32(1e-12))
 
 
 def _load_sentence_transformer(model_dir: Path, device: str) -> Any:
