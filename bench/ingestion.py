@@ -10,8 +10,9 @@ bulk load. Not a test.
    every chunk. The machine is shared and its speed drifts by 20% from minute to minute, so each of
    `--rounds` rounds measures the raw model's best right before and right after the engine, and the
    round's ratio is the engine's rate over the mean of the two; the figure is the median round.
-3. **Notes during a bulk load.** Another fresh engine takes the same bulk upload; while it works through
-   the queue, a note with a word of its own is posted every `--note-every` seconds, and its time to
+3. **Notes during a bulk load.** Another fresh engine takes the same bulk upload, from `LOADERS` clients at
+   once; from the moment 200 jobs are queued (or the uploads are done) and while it works through the
+   queue, a note with a word of its own is posted every `--note-every` seconds, and its time to
    searchable runs from its POST until its job is done and a full-text search for that word finds it.
 
 With `--baseline REF` the engine of that git revision (a temporary worktree) is measured the same way,
@@ -44,6 +45,7 @@ from kb_bridge.local_engine.ingest.chunking import ChunkingPolicy, chunk_text, e
 from kb_bridge.testing.processes import clean_env
 
 BATCHES = (4, 8, 16, 32, 64)
+LOADERS = 4  # concurrent upload clients while notes are timed
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -166,11 +168,17 @@ def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], env: dict[
     timings: list[float] = []
     try:
         http = requests.Session()
-        loader = threading.Thread(target=upload_all, args=(requests.Session(), engine.url, documents), daemon=True)
-        loader.start()
-        # Let the queue fill before the first note.
-        while http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"] < 200:
+        # Several clients upload at once: where the model keeps up with one client's uploads (bfloat16 on a
+        # CPU that has it), a single loader never builds the deep queue that the notes are meant to wait behind.
+        loaders = [threading.Thread(target=upload_all, args=(requests.Session(), engine.url, documents[i::LOADERS]),
+                                    daemon=True) for i in range(LOADERS)]
+        for loader in loaders:
+            loader.start()
+        # Let the queue fill before the first note (or the uploads end, if the engine keeps up with them).
+        while (http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"] < 200
+               and any(loader.is_alive() for loader in loaders)):
             time.sleep(0.1)
+        queued_at_notes: list[int] = []
         for i in range(count):
             word = f"zqxnote{i}marker"
             started = time.perf_counter()
@@ -188,14 +196,16 @@ def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], env: dict[
                 time.sleep(0.02)
             timings.append(time.perf_counter() - started)
             queued = http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"]
+            queued_at_notes.append(queued)
             progress(f"note {i}: searchable after {timings[-1]:.2f} s ({queued} jobs queued)")
             time.sleep(max(0.0, every - timings[-1]))
-        loader.join(timeout=1)
+        for loader in loaders:
+            loader.join(timeout=1)
     finally:
         engine.stop()
     return {"notes": len(timings), "p50_s": round(statistics.median(timings), 3),
             "p95_s": round(percentile(timings, 0.95), 3), "max_s": round(max(timings), 3),
-            "seconds": [round(t, 3) for t in timings]}
+            "seconds": [round(t, 3) for t in timings], "queued_after": queued_at_notes}
 
 
 def baseline_worktree(ref: str, workdir: Path) -> Path:
