@@ -43,7 +43,10 @@ def plan_workers(requested: int, device: str, cores: int) -> tuple[int, int]:
 
 
 class DocumentPool:
-    """`workers` copies of a model, each behind its own thread; `encode(model, texts)` runs on those threads."""
+    """`workers` copies of a model, each behind its own thread; `encode(model, texts)` runs on those threads.
+
+    Callers on several threads need no lock: a copy (and its tokenizer, which is not thread-safe) is only ever
+    touched by its own thread, and each call waits for its own shares."""
 
     def __init__(self, model: Any, workers: int, threads_each: int,
                  encode: Callable[[Any, list[str]], np.ndarray]) -> None:

@@ -105,15 +105,13 @@ class SentenceTransformerEmbedder:
         self._queries = QueryThread(_load_sentence_transformer(model_dir, device), query_precision, query_threads,
                                     half)
         self.query_precision = self._queries.precision
-        self._documents_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             import numpy as np
 
             return np.empty((0, self.dim), dtype=np.float32)
-        with self._documents_lock:
-            return self._documents.embed(texts)
+        return self._documents.embed(texts)
 
     def submit_query(self, text: str) -> Future[np.ndarray]:
         """Embed one query on the query thread; the caller may do other work (the BM25 query) meanwhile."""
