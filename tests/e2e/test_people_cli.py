@@ -1,6 +1,6 @@
 """The command line for people against the real local engine: search, add, get, delete with their exit
-codes; export and import into a fresh engine (round trip, idempotent, same search results); a backup taken
-while the engine serves writes, restored into a new engine."""
+codes; export and import into a fresh engine (round trip, idempotent, the same hits with the same scores);
+a backup taken while the engine serves writes, restored into a new engine."""
 
 from __future__ import annotations
 
