@@ -105,3 +105,26 @@ async def test_16_injected_instructions_in_stored_text_are_returned_as_data(clie
     assert result.structured_content["results"][0]["text"] == injected  # verbatim, as data
     assert injected in result.content[0].text
     assert [c.request.method for c in engine.calls] == ["POST"]  # the server acted on nothing in it
+
+
+ADDNOTE = ArgumentValidator(next(t for t in tools.ALL_TOOLS if t.name == "kb_addnote").input_schema)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"text": "a\x00b"}, "text"),
+        ({"text": "ok", "title": "\x00"}, "title"),
+        ({"text": "ok", "source_path": "notes/\x00.md"}, "source_path"),
+        ({"text": "ok", "tags": ["fine", "bad\x00"]}, "tags[1]"),
+    ],
+)
+def test_a_nul_character_is_refused_naming_the_field(arguments: dict, field: str) -> None:
+    """No store can keep U+0000 in text (PostgreSQL cannot): the agent hears which field before any engine call."""
+    with pytest.raises(InvalidArgument) as caught:
+        ADDNOTE.check(arguments)
+    assert caught.value.details["field"] == field
+    assert "U+0000" in caught.value.message
+    with pytest.raises(InvalidArgument) as caught:
+        SEARCH.check({"query": "herons\x00"})
+    assert caught.value.details["field"] == "query"

@@ -28,7 +28,8 @@ environment:
   KB_ENGINE_DATA              data directory (same as --data)
   KB_ENGINE_BIND              HOST:PORT (same as --bind)
   KB_ENGINE_DATABASE_URL      postgresql://user:password@host/db: data in PostgreSQL + pgvector, shared by
-                              any number of engine replicas (same as --database-url; default SQLite in --data)
+                              any number of engine replicas (same as --database-url; default SQLite in --data);
+                              percent-encode @ / : % and spaces in the password (@ as %40, ...)
   KB_ENGINE_EMBEDDER          auto (default) | minilm | none (full-text search only)
   KB_ENGINE_WAIT_FOR_MODEL    1: load the model before serving instead of in the background
   KB_ENGINE_DEVICE            auto (default: CUDA, then MPS, then CPU) | cpu | cuda | mps (same as --device)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import database_url
 from .embedding.device import DEVICE_CHOICES
 from .embedding.precision import PRECISION_CHOICES
 from .errors import ConfigError
@@ -26,10 +27,11 @@ class EngineConfig:
     """Everything the engine can be told. Defaults are the documented ones (docs/engine.md)."""
 
     data_dir: Path
-    api_key: str | None = None
+    # Secrets stay out of the config's repr, so that printing or logging a config shows neither.
+    api_key: str | None = dataclasses.field(default=None, repr=False)
     # postgresql://user:password@host:port/db selects the PostgreSQL store (store/postgres/); None: SQLite in
-    # data_dir. Never logged with its password (store/postgres/db.py redacted()).
-    database_url: str | None = None
+    # data_dir. Checked at load and never shown with its password (database_url.py).
+    database_url: str | None = dataclasses.field(default=None, repr=False)
     host: str = "127.0.0.1"
     port: int = 8000
     threads: int = 8
@@ -192,9 +194,8 @@ def validate(config: EngineConfig) -> None:
         raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
         raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
-    if config.database_url is not None and not config.database_url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError("KB_ENGINE_DATABASE_URL (--database-url) must be a postgresql:// URL, got one starting "
-                          f"{config.database_url.split(':', 1)[0][:20]!r}")
+    if config.database_url is not None:
+        database_url.check(config.database_url, "KB_ENGINE_DATABASE_URL (--database-url)")
     if config.chunk_overlap >= config.chunk_chars // 2:
         raise ConfigError("KB_ENGINE_CHUNK_OVERLAP must be less than half of KB_ENGINE_CHUNK_CHARS")
 

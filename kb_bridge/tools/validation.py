@@ -39,6 +39,9 @@ class ArgumentValidator:
 
     def check(self, arguments: Any) -> None:
         """Raise `InvalidArgument` for the first problem found, or return."""
+        nul = _string_with_nul(arguments)
+        if nul is not None:
+            raise InvalidArgument(nul or "arguments", "must not contain the NUL character (U+0000)")
         error = next(iter(self._validator.iter_errors(arguments)), None)
         if error is not None:
             field, problem = self._explain(error)
@@ -61,6 +64,28 @@ class ArgumentValidator:
         if rule is not None and keyword in ("pattern", "maxLength", "minLength"):
             return field or "arguments", f"must be {rule}"
         return field or "arguments", _problem(keyword, expected)
+
+
+def _string_with_nul(arguments: Any) -> str | None:
+    """The path of the first string holding U+0000, or None. No store keeps it (PostgreSQL text cannot, and
+    the engine refuses it on SQLite too), so it is refused here, with the field, before any engine call.
+    Iterative: arguments may nest deeper than the interpreter's recursion limit."""
+    # Each entry's path is a link (key, parent's link): constant memory per value, however deep.
+    stack: list[tuple[Any, Any]] = [(None, arguments)]
+    while stack:
+        link, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                parts: list[Any] = []
+                while link is not None:
+                    key, link = link
+                    parts.append(key)
+                return _path(reversed(parts))
+        elif isinstance(value, dict):
+            stack.extend(((key, link), item) for key, item in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend(((index, link), item) for index, item in reversed(list(enumerate(value))))
+    return None
 
 
 def _problem(keyword: str, expected: Any) -> str:

@@ -215,3 +215,44 @@ def test_status_counts(client: FlaskClient) -> None:
     status = wait_for(lambda: (s := client.get(f"{API}/status").json)["queue"]["done"] == 2 and s, "queue")
     assert status["documents"] == {"total": 2, "notes": 1, "files": 1}
     assert status["chunks"] == 2
+
+
+NUL = "\x00"
+
+
+@pytest.mark.parametrize("field", ["text", "title", "source_path"])
+def test_a_nul_character_in_a_note_is_refused_naming_the_field(client: FlaskClient, field: str) -> None:
+    """PostgreSQL text cannot hold U+0000, so neither store takes it: one rule, refused before any job."""
+    body = {"text": "plain words", field: f"before{NUL}after"}
+    response = client.post(f"{API}/jobs", json=body)
+    assert response.status_code == 422 and error_code(response) == "validation_error", response.json
+    assert response.json["error"]["message"].startswith(field) and "U+0000" in response.json["error"]["message"]
+    assert client.get(f"{API}/jobs").json["total"] == 0  # refused before a job was queued
+    note = add_note(client, "a note to edit")
+    if field != "source_path":
+        response = client.patch(f"{API}/notes/{note['id']}", json={field: f"x{NUL}y"})
+        assert response.status_code == 422 and response.json["error"]["message"].startswith(field)
+    assert client.get(f"{API}/documents/{note['id']}").json["version"] == 1
+
+
+def test_a_nul_character_in_a_filter_or_an_upload_field_is_refused(client: FlaskClient) -> None:
+    for query in ({"source_path": f"a{NUL}"}, {"doc_type": NUL}, {"tag": f"t{NUL}"}):
+        response = client.get(f"{API}/documents", query_string=query)
+        name = next(iter(query))
+        assert response.status_code == 422 and response.json["error"]["message"].startswith(name), response.json
+    response = client.get(f"{API}/tags", query_string={"prefix": f"p{NUL}"})
+    assert response.status_code == 422 and response.json["error"]["message"].startswith("prefix")
+    response = client.post(f"{API}/search", json={"query": f"herons{NUL}", "mode": "fts"})
+    assert response.status_code == 422 and response.json["error"]["message"].startswith("query")
+    response = upload(client, "file.txt", b"words", title=f"t{NUL}")
+    assert response.status_code == 422 and response.json["error"]["message"].startswith("title")
+
+
+def test_a_file_whose_text_holds_nul_characters_is_ingested_without_them(client: FlaskClient) -> None:
+    """A binary-ish text file: the parsed text loses its NUL characters, on both stores alike."""
+    job = wait_job(client, upload(client, "log.txt", b"start\x00\x00 of the log\x00 end").json["id"])
+    assert job["status"] == "done", job
+    document = client.get(f"{API}/documents/{job['document_id']}").json
+    assert document["content"] == "start of the log end"
+    hits = client.post(f"{API}/search", json={"query": "log", "mode": "fts"}).json["results"]
+    assert [hit["document_id"] for hit in hits] == [job["document_id"]]

@@ -8,11 +8,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import Service, start_engine, wait_until
 
 
@@ -125,3 +127,35 @@ def test_a_32_mb_text_without_break_points_is_ingested_while_healthz_answers(eng
     document = requests.get(f"{engine.url}/api/v1/documents/{finished['document_id']}", timeout=60).json()
     assert document["chunk_count"] == 32 * 1024 * 1024 // 1000 + 1
     assert slowest and max(slowest) < 2.0, max(slowest)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_nul_characters_follow_one_rule_on_both_stores(tmp_path: Path, request: pytest.FixtureRequest,
+                                                       store: str) -> None:
+    """U+0000, which PostgreSQL text cannot hold: a note or field holding it is refused naming the field on
+    either store (it used to be taken on SQLite and an internal error on PostgreSQL); a file's text loses it."""
+    env = {"KB_ENGINE_EMBEDDER": "none"}
+    if store == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        env["KB_ENGINE_DATABASE_URL"] = server.new_database()
+    engine = start_engine(tmp_path, tmp_path / "data", env=env)
+    try:
+        for body, field in (({"text": "godwits\x00probe"}, "text"), ({"text": "ok", "title": "\x00"}, "title"),
+                            ({"text": "ok", "source_path": "a\x00b"}, "source_path")):
+            answer = requests.post(engine.url + "/api/v1/jobs", json=body, timeout=10)
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["error"]["code"] == "validation_error"
+            assert answer.json()["error"]["message"].startswith(field) and "U+0000" in answer.json()["error"]["message"]
+        answer = requests.get(engine.url + "/api/v1/documents", params={"source_path": "a\x00"}, timeout=10)
+        assert answer.status_code == 422 and answer.json()["error"]["message"].startswith("source_path")
+        job = requests.post(engine.url + "/api/v1/jobs", files={"file": ("dump.txt", b"godwits\x00 probe\x00 mud")},
+                            timeout=10).json()
+        wait_until(lambda: requests.get(f"{engine.url}/api/v1/jobs/{job['id']}", timeout=10).json()["status"]
+                   in ("done", "failed"), 60, what="the file's job")
+        finished = requests.get(f"{engine.url}/api/v1/jobs/{job['id']}", timeout=10).json()
+        assert finished["status"] == "done", finished
+        document = requests.get(f"{engine.url}/api/v1/documents/{finished['document_id']}", timeout=10).json()
+        assert document["content"] == "godwits probe mud"
+        assert requests.get(engine.url + "/api/v1/documents", timeout=10).json()["total"] == 1
+    finally:
+        engine.stop()

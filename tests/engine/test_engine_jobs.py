@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 import flask
 import pytest
 from flask.testing import FlaskClient
 
+from kb_bridge.local_engine.store.sqlite import schema as migrations
 from .helpers import API, add_note, error_code, make_docx, make_pdf, upload, wait_job
 
 
@@ -20,7 +23,8 @@ def test_note_job_is_accepted_at_once_and_produces_a_document(client: FlaskClien
     job = response.json
     assert job["type"] == "note" and job["status"] in ("queued", "running", "done")
     assert set(job) == {"id", "type", "status", "document_id", "filename", "error", "created_at",
-                        "started_at", "finished_at", "priority"}
+                        "started_at", "finished_at", "priority", "tags"}
+    assert job["tags"] == ["collection:memory"]
     assert job["priority"] == "interactive"  # a small note goes before bulk work
     done = wait_job(client, job["id"])
     assert done["status"] == "done" and done["finished_at"] and done["started_at"]
@@ -268,3 +272,49 @@ def test_original_returns_the_uploaded_bytes_and_a_notes_text(client: FlaskClien
     assert client.delete(f"{API}/documents/{job['document_id']}").status_code == 204
     assert client.get(f"{API}/documents/{job['document_id']}/original").status_code == 404
     assert client.get(f"{API}/documents/987654/original").status_code == 404
+
+
+def test_a_queued_job_reports_the_tags_its_document_will_get(client: FlaskClient, app: flask.Flask) -> None:
+    """Engine 3.7: a job says where its document will be filed before the document exists (the bridge
+    decides from this who may see a job)."""
+    app.extensions["kb_engine"].worker.stop(5)  # keep the jobs queued: no document yet
+    note = client.post(f"{API}/jobs", json={"text": "a queued note", "tags": ["collection:a", "x"]}).json
+    file = upload(client, "queued.txt", b"a queued file", tags=["collection:b"]).json
+    untagged = client.post(f"{API}/jobs", json={"text": "no tags"}).json
+    assert (note["tags"], file["tags"], untagged["tags"]) == (["collection:a", "x"], ["collection:b"], [])
+    got = client.get(f"{API}/jobs/{note['id']}").json
+    assert got["status"] == "queued" and got["document_id"] is None and got["tags"] == ["collection:a", "x"]
+    listed = {j["id"]: j["tags"] for j in client.get(f"{API}/jobs").json["jobs"]}
+    assert listed == {note["id"]: ["collection:a", "x"], file["id"]: ["collection:b"], untagged["id"]: []}
+
+
+def test_a_failed_or_done_job_keeps_its_tags(client: FlaskClient) -> None:
+    broken = upload(client, "broken.pdf", b"%PDF-1.4 not really a pdf", tags=["collection:b"]).json
+    note = client.post(f"{API}/jobs", json={"text": "a note", "tags": ["collection:a"]}).json
+    failed = wait_job(client, broken["id"])
+    assert failed["status"] == "failed" and failed["document_id"] is None
+    assert failed["tags"] == ["collection:b"]  # the payload is dropped when the job ends; the tags stay
+    done = wait_job(client, note["id"])
+    assert done["status"] == "done" and done["tags"] == ["collection:a"]
+
+
+def test_an_update_job_has_no_tags_of_its_own(client: FlaskClient) -> None:
+    document = add_note(client, "before", tags=["collection:a"])
+    assert client.patch(f"{API}/notes/{document['id']}", json={"text": "after"}).status_code == 200
+    update = client.get(f"{API}/jobs").json["jobs"][0]
+    assert update["type"] == "update" and update["document_id"] == document["id"] and update["tags"] is None
+
+
+@pytest.mark.sqlite_only
+def test_a_job_queued_before_3_7_reports_null_tags(make_app: Callable[..., flask.Flask], tmp_path: Path) -> None:
+    """A database at schema 4 (engine 3.6) gains `jobs.tags`; its old jobs say they do not know (null)."""
+    data_dir = tmp_path / "old"
+    data_dir.mkdir()
+    conn = sqlite3.connect(data_dir / "engine.sqlite3", isolation_level=None)
+    assert migrations.migrate(conn, target=4) == 4
+    conn.execute("INSERT INTO jobs (type, status, created_at, error, finished_at) "
+                 "VALUES ('file', 'failed', '2026-01-01T00:00:00Z', 'broken', '2026-01-01T00:00:01Z')")
+    conn.close()
+    client = make_app(data_dir=data_dir).test_client()
+    assert client.get(f"{API}/jobs/1").json["tags"] is None
+    assert client.post(f"{API}/jobs", json={"text": "new", "tags": ["collection:a"]}).json["tags"] == ["collection:a"]

@@ -4,6 +4,7 @@ its ids, versions, tags, chunks and vectors (not re-embedded); a rerun copies on
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 import flask
 import numpy as np
 import psycopg
+import pytest
 
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder
@@ -81,3 +83,100 @@ def test_a_sqlite_store_round_trips_into_postgresql(make_app: Callable[..., flas
 def test_migrate_refuses_a_directory_without_a_store(tmp_path: Path) -> None:
     code, _, err = migrate(tmp_path, "postgresql://kb@127.0.0.1/kb")
     assert code == 2 and "--from-sqlite" in err
+
+
+def nothing_written(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT to_regclass('documents') IS NULL").fetchone()[0] is True  # type: ignore[index]
+
+
+def test_a_document_postgresql_cannot_hold_is_reported_and_the_rest_is_copied(
+        make_app: Callable[..., flask.Flask], tmp_path: Path, postgres_server: PostgresServer) -> None:
+    """An older engine's SQLite store may hold a NUL character (U+0000), which PostgreSQL text cannot: that
+    document is named by id and skipped, the others arrive, and the exit status says something is missing."""
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None)
+    client = source.test_client()
+    notes = [add_note(client, f"Note {n} about godwits on the mudflat", tags=["birds"]) for n in range(6)]
+    engine_of(source).close()
+    bad_text, bad_title, bad_size = notes[1]["id"], notes[3]["id"], notes[5]["id"]
+    with sqlite3.connect(data / "engine.sqlite3") as conn:  # as an engine that took NUL characters left it
+        conn.execute("UPDATE document_content SET text = ? WHERE document_id = ?", ("private\x00words", bad_text))
+        conn.execute("UPDATE chunks SET text = ? WHERE document_id = ?", ("private\x00words", bad_text))
+        conn.execute("UPDATE documents SET title = ? WHERE id = ?", ("a\x00title", bad_title))
+        conn.execute("UPDATE documents SET size_bytes = 'many' WHERE id = ?", (bad_size,))  # SQLite keeps it
+
+    url = postgres_server.new_database()
+    code, report, err = migrate(data, url)
+    assert code == 1, err
+    assert report["copied"] == 3 and report["ok"] is False
+    assert [s["id"] for s in report["skipped"]] == [bad_text, bad_title, bad_size]  # type: ignore[index, union-attr]
+    for skipped, field in zip(report["skipped"][:2], ("content", "title"), strict=True):  # type: ignore[index]
+        assert "NUL" in skipped["reason"] and field in skipped["reason"], skipped
+    # One PostgreSQL refuses by itself: the batch is retried a document at a time, and only that one is skipped.
+    assert report["skipped"][2]["reason"].startswith("PostgreSQL refused it")  # type: ignore[index]
+    assert all(f"document {i} skipped" in err for i in (bad_text, bad_title, bad_size))
+    assert "private" not in err and "many" not in err and "Traceback" not in err
+    with psycopg.connect(url) as conn:
+        copied = [r[0] for r in conn.execute("SELECT id FROM documents ORDER BY id")]
+        assert copied == [n["id"] for n in notes if n["id"] not in (bad_text, bad_title, bad_size)]
+        assert conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 3  # type: ignore[index]
+
+    code, again, err = migrate(data, url)  # a rerun copies nothing more and says the same
+    assert code == 1 and again["copied"] == 0 and len(again["skipped"]) == 3  # type: ignore[arg-type]
+    done = subprocess.run([sys.executable, "-m", "kb_bridge", "migrate", "--from-sqlite", str(data), "--to", url],
+                          env=clean_env({}), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "skipped 3" in done.stdout and "Traceback" not in done.stderr
+
+
+def _not_a_database(path: Path) -> None:
+    path.write_bytes(b"SQLite format 2\x00 but not really " * 200)
+
+
+def _another_applications_database(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE documents (name TEXT)")
+        conn.execute("INSERT INTO documents VALUES ('x')")
+
+
+def _truncated(path: Path) -> None:
+    with open(path, "r+b") as file:
+        file.truncate(path.stat().st_size * 2 // 3)
+
+
+def _endless_view(path: Path) -> None:
+    """`documents` replaced by a view that never ends: reading it would hang the migration."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("DROP TABLE documents")
+        conn.execute("CREATE VIEW documents AS WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n) "
+                     "SELECT id, 'a' AS title, 'note' AS doc_type, NULL AS source_path, 1 AS size_bytes, 'x' AS sha256, "
+                     "1 AS version, '2020-01-01' AS created_at, NULL AS updated_at FROM n")
+
+
+def _newer_schema(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 999")
+
+
+@pytest.mark.parametrize("spoil", [_not_a_database, _another_applications_database, _truncated, _endless_view,
+                                   _newer_schema])
+def test_a_hostile_sqlite_file_is_one_line_and_nothing_is_written(
+        make_app: Callable[..., flask.Flask], tmp_path: Path, postgres_server: PostgresServer,
+        spoil: Callable[[Path], None]) -> None:
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None)
+    client = source.test_client()
+    for n in range(40):  # enough pages that a cut loses some of them
+        add_note(client, f"Note {n}: " + "redshanks probe the mud for worms " * 60)
+    engine_of(source).close()
+    if spoil in (_not_a_database, _another_applications_database):
+        (data / "engine.sqlite3").unlink()
+    spoil(data / "engine.sqlite3")
+    url = postgres_server.new_database()
+    done = subprocess.run([sys.executable, "-m", "kb_bridge", "migrate", "--from-sqlite", str(data), "--to", url],
+                          env=clean_env({}), capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("kb-bridge migrate: --from-sqlite:"), done.stderr
+    assert nothing_written(url)

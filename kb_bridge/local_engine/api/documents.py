@@ -20,8 +20,8 @@ def list_documents() -> dict[str, object]:
     since = request.args.get("updated_since")
     where = DocumentFilter(
         tags=tuple(validation.check_tag(tag, "tag") for tag in dict.fromkeys(request.args.getlist("tag"))),
-        doc_type=request.args.get("doc_type") or None,
-        source_path=request.args.get("source_path") or None,
+        doc_type=validation.arg_string("doc_type"),
+        source_path=validation.arg_string("source_path"),
         updated_since=parse_iso(since, "updated_since") if since else None,
     )
     limit, offset = validation.page_args()
@@ -104,7 +104,7 @@ def remove_tag(doc_id: int, tag: str) -> dict[str, object]:
 
 @blueprint.get("/api/v1/tags")
 def list_tags() -> dict[str, object]:
-    return {"tags": current_engine().store.list_tags(request.args.get("prefix") or None)}
+    return {"tags": current_engine().store.list_tags(validation.arg_string("prefix"))}
 
 
 def if_match_versions() -> frozenset[str] | None:

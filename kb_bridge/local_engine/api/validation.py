@@ -1,5 +1,8 @@
 """Reading and checking request input. Every failure names the field: 400 for a body that is not JSON
 at all, 422 for a JSON body or query parameter with a wrong type or value.
+
+No string the engine takes may hold U+0000 (NUL): PostgreSQL's text columns cannot store it, and one rule
+on both stores means a client never sees a note taken on SQLite and refused (or a 500) on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ def string(
         raise ValidationError(f"{name} must not be empty")
     if max_chars is not None and len(value) > max_chars:
         raise ValidationError(f"{name} must be at most {max_chars} characters")
+    return no_nul(value, name)
+
+
+def no_nul(value: str, name: str) -> str:
+    if "\x00" in value:
+        raise ValidationError(f"{name} must not contain the NUL character (U+0000)")
     return value
 
 
@@ -115,6 +124,12 @@ def form_tags(values: list[str]) -> tuple[str, ...]:
         except json.JSONDecodeError:
             raise ValidationError("tags: the field looks like a JSON array but is not valid JSON") from None
     return tags(values)
+
+
+def arg_string(name: str) -> str | None:
+    """A text query parameter, None when absent or empty."""
+    text = request.args.get(name)
+    return no_nul(text, name) if text else None
 
 
 def arg_int(name: str, default: int, low: int, high: int) -> int:

@@ -53,11 +53,13 @@ def missing_parser(doc_type: str) -> str | None:
 
 
 def extract_text(path: Path, doc_type: str) -> str:
+    """The file's text, without NUL characters (U+0000): PostgreSQL text cannot hold them, and a text file
+    with a few binary bytes (a log, a dump) should be ingested on both stores alike, not fail on one."""
     parser = _PARSERS.get(doc_type)
     if parser is None:
         raise IngestionError(f"no parser for file type {doc_type!r}")
     try:
-        return parser(path)
+        return parser(path).replace("\x00", "")
     except IngestionError:
         raise
     except Exception as exc:  # parsers raise many types on malformed files; all mean "unreadable"

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ...database_url import ENCODE
+from ...database_url import redacted as redacted  # the store's log lines import it from here
 from ...errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -36,13 +37,6 @@ IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
 MAX_CONNECTIONS = 16
 # A pooled connection unused for longer than this is pinged before it is handed out.
 CHECK_AFTER_SECONDS = 2.0
-_PASSWORD = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
-
-
-def redacted(url: str) -> str:
-    """The URL without its password (for logs and messages): postgresql://user:***@host/db."""
-    without = _PASSWORD.sub(r"\1:***@", url)
-    return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", without)
 
 
 def unavailable(exc: BaseException) -> StoreUnavailable:
@@ -79,6 +73,10 @@ class Database:
                                    keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
         except psycopg.OperationalError as exc:
             raise unavailable(exc) from None
+        except psycopg.ProgrammingError:
+            # libpq could not read the URL; its message quotes the offending part, which may be the password.
+            # (database_url.check refuses such URLs first: this is the last line.)
+            raise ConfigError(f"the PostgreSQL URL cannot be read (check its ?options); {ENCODE}") from None
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -30,6 +30,29 @@ def prepare(conn: Any, identity: str | None, dim: int | None) -> bool:
     return bool(empty)
 
 
+def refusal(document: StoredDocument) -> str | None:
+    """Why PostgreSQL cannot hold this document as it is, or None. Its text columns cannot hold U+0000, which
+    an engine before 3.7 took into SQLite (the API refuses it now, on both stores)."""
+    fields: list[tuple[str, object]] = [
+        ("content", document.content), ("title", document.title), ("source_path", document.source_path),
+        ("doc_type", document.doc_type), ("sha256", document.sha256), ("created_at", document.created_at),
+        ("updated_at", document.updated_at), *(("tags", tag) for tag in document.tags),
+        *(("chunk title", c.title) for c in document.chunks), *(("chunk text", c.text) for c in document.chunks),
+    ]
+    if document.original is not None:
+        fields += [("file name", document.original[0]), ("content type", document.original[1])]
+    for name, value in fields:
+        if isinstance(value, str) and "\x00" in value:
+            return f"its {name} holds a NUL character (U+0000), which PostgreSQL text cannot store"
+    return None
+
+
+def refused_because(exc: BaseException) -> str:
+    """A refused document's reason in words that quote none of its content (the server's message may)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    return f"PostgreSQL refused it ({type(exc).__name__}{f', SQLSTATE {sqlstate}' if sqlstate else ''})"
+
+
 def missing(conn: Any, document_ids: Sequence[int]) -> set[int]:
     present = {int(r[0]) for r in conn.execute("SELECT id FROM documents WHERE id = ANY(%s)", (list(document_ids),))}
     return set(document_ids) - present

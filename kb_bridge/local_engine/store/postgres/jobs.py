@@ -16,9 +16,10 @@ from typing import Any
 
 from ...errors import Conflict, NotFound
 from ..base import JOB_STATUSES, PRIORITIES
+from ..job_tags import job_tags, stored_tags
 from .documents import dicts
 
-_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority"
+_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority, tags"
 _CLAIMED = "id, type, filename, payload, staged_path, priority"
 UPLOAD_PART_BYTES = 4 * 1024 * 1024
 
@@ -26,15 +27,17 @@ UPLOAD_PART_BYTES = 4 * 1024 * 1024
 def _job(row: dict[str, Any]) -> dict[str, object]:
     job: dict[str, object] = {column: row[column] for column in _JOB_COLUMNS.split(", ")}
     job["priority"] = PRIORITIES[1 if row["priority"] else 0]
+    job["tags"] = job_tags(row["tags"])
     return job
 
 
 def create_job(conn: Any, job_type: str, now: str, payload: dict[str, Any] | None, filename: str | None,
                staged_path: str | None, priority: int) -> dict[str, object]:
     job_id = conn.execute(
-        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path, priority) "
-        "VALUES (%s, 'queued', %s, %s, %s, %s, %s) RETURNING id",
-        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path, priority),
+        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path, priority, tags) "
+        "VALUES (%s, 'queued', %s, %s, %s, %s, %s, %s) RETURNING id",
+        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path, priority,
+         stored_tags(payload)),
     ).fetchone()[0]
     return get_job(conn, int(job_id))
 

@@ -142,6 +142,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             data BYTEA NOT NULL
         )""",
     )),
+    Migration(3, "jobs keep the tags their document gets, past the end of the job (kb engine 3.7)", (
+        "ALTER TABLE jobs ADD COLUMN tags TEXT",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

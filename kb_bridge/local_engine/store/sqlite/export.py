@@ -2,27 +2,105 @@
 
 Read-only: the database is opened with mode=ro, so a migration never changes the source, and it may run
 while the engine is stopped or running (each batch is one consistent read).
+
+The file is not trusted: it may be any file at all, a damaged store, or one made to attack the reader. Nothing
+in it runs with side effects: it is opened read-only and `query_only`, triggers only fire on writes, and
+`trusted_schema=OFF` keeps functions with side effects out of its views, triggers and defaults. What is left is
+a reader made to hang or to misread, so `check` refuses it before anything is copied: every table read must be
+a plain table (a view in place of one could run a query that never ends), with the columns read, of a schema
+version this engine knows, and the file must pass SQLite's own `quick_check`. A document whose values are
+not what the engine writes (a hand-edited row) is returned as `Unreadable`, for the caller to report and skip.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...errors import ConfigError
 from ..base import StoredChunk, StoredDocument
+from .schema import LATEST_VERSION
+
+# The tables and columns a migration reads; `originals` came with schema 4 (kb engine 3.6) and may be absent.
+COLUMNS = {
+    "meta": ("key", "value"),
+    "documents": ("id", "title", "doc_type", "source_path", "size_bytes", "sha256", "version", "created_at",
+                  "updated_at"),
+    "document_content": ("document_id", "text"),
+    "document_tags": ("document_id", "tag"),
+    "chunks": ("id", "document_id", "chunk_index", "title", "text", "text_sha256"),
+    "embeddings": ("chunk_id", "vector"),
+    "originals": ("document_id", "filename", "content_type", "data"),
+}
+OPTIONAL = frozenset({"originals"})
+# pgvector's halfvec holds at most this many dimensions.
+MAX_DIMENSIONS = 16_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Unreadable:
+    """A document row that does not make a document (for the caller to report by id and skip)."""
+
+    id: object
+    reason: str
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.execute("PRAGMA query_only = ON")
     return conn
 
 
-def embedding_identity(conn: sqlite3.Connection) -> str | None:
-    """The model/dimension/input the stored vectors were made with (meta), or None."""
+def check(conn: sqlite3.Connection) -> None:
+    """Raise ConfigError saying what is wrong unless this is a sound store that this engine wrote."""
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        kinds = {str(r[1]): (str(r[0]), str(r[2] or "")) for r in conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view')")}
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"not a SQLite database ({_first_line(exc)})") from None
+    if version > LATEST_VERSION:
+        raise ConfigError(f"its schema version {version} is newer than this kb-bridge knows ({LATEST_VERSION}): "
+                          "upgrade kb-bridge")
+    if version < 1 or "documents" not in kinds:
+        raise ConfigError("not a kb engine store (no engine schema in it)")
+    older = " (an older engine's store: start `kb-bridge engine` on it once to upgrade it)" \
+        if version < LATEST_VERSION else ""
+    for table, columns in COLUMNS.items():
+        kind, sql = kinds.get(table, ("", ""))
+        if not kind and table in OPTIONAL:
+            continue
+        if not kind:
+            raise ConfigError(f"not a kb engine store: it has no table {table}{older}")
+        if kind != "table" or sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise ConfigError(f"not a store the engine wrote: {table} is a {kind if kind != 'table' else 'virtual table'},"
+                              " not a table")
+        found = {str(r[1]): int(r[6]) for r in conn.execute(f"PRAGMA table_xinfo({table})")}
+        missing = [c for c in columns if c not in found]
+        if missing:
+            raise ConfigError(f"not a store the engine wrote: {table} has no column {missing[0]}{older}")
+        if any(hidden in (2, 3) for hidden in found.values()):  # generated columns run an expression per read
+            raise ConfigError(f"not a store the engine wrote: {table} has a generated column")
+    problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check(1)")]
+    if problems != ["ok"]:
+        raise ConfigError(f"the file is damaged (SQLite's quick_check: {problems[0][:200]})")
+
+
+def embedding(conn: sqlite3.Connection) -> tuple[str, int] | None:
+    """The model/dimension/input the stored vectors were made with (meta) and their dimension, or None."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
-    return str(row[0]) if row else None
+    if row is None:
+        return None
+    identity = str(row[0])
+    parts = identity.split("/")
+    if len(parts) < 3 or not parts[1].isascii() or not parts[1].isdigit() \
+            or not 1 <= int(parts[1]) <= MAX_DIMENSIONS:
+        raise ConfigError("not a store the engine wrote: its embedding_model is not model/dimension/input")
+    return identity, int(parts[1])
 
 
 def totals(conn: sqlite3.Connection) -> dict[str, int]:
@@ -31,16 +109,26 @@ def totals(conn: sqlite3.Connection) -> dict[str, int]:
                                 ("tags", "document_tags"))}
 
 
-def documents_after(conn: sqlite3.Connection, after_id: int, limit: int) -> list[StoredDocument]:
+def documents_after(conn: sqlite3.Connection, after_id: object, limit: int) -> list[StoredDocument | Unreadable]:
     """Up to `limit` whole documents with ids above `after_id`, in id order, read in one transaction."""
     conn.execute("BEGIN")
     try:
         rows = conn.execute(
             "SELECT d.*, c.text AS content FROM documents d LEFT JOIN document_content c ON c.document_id = d.id "
             "WHERE d.id > ? ORDER BY d.id LIMIT ?", (after_id, limit)).fetchall()
-        return [_document(conn, row) for row in rows]
+        return [_readable(conn, row) for row in rows]
     finally:
         conn.execute("COMMIT")
+
+
+def _readable(conn: sqlite3.Connection, row: sqlite3.Row) -> StoredDocument | Unreadable:
+    try:
+        document = _document(conn, row)
+    except (TypeError, ValueError) as exc:
+        return Unreadable(row["id"], f"its row cannot be read ({type(exc).__name__})")
+    if not isinstance(document.id, int) or not all(isinstance(c.id, int) for c in document.chunks):
+        return Unreadable(row["id"], "its id or a chunk's id is not a number")
+    return document
 
 
 def _document(conn: sqlite3.Connection, row: sqlite3.Row) -> StoredDocument:
@@ -66,8 +154,12 @@ def _original(conn: sqlite3.Connection, document_id: int) -> tuple[str | None, s
     return (row[0], row[1], bytes(row[2])) if row is not None else None
 
 
-def all_documents(conn: sqlite3.Connection, batch: int = 200) -> Iterator[list[StoredDocument]]:
-    after = 0
+def all_documents(conn: sqlite3.Connection, batch: int = 200) -> Iterator[list[StoredDocument | Unreadable]]:
+    after: object = 0
     while documents := documents_after(conn, after, batch):
         yield documents
         after = documents[-1].id
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

@@ -10,13 +10,15 @@ from typing import Any
 
 from ...errors import Conflict, NotFound
 from ..base import JOB_STATUSES, PRIORITIES
+from ..job_tags import job_tags, stored_tags
 
-_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority"
+_JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority, tags"
 
 
 def _job(row: sqlite3.Row) -> dict[str, object]:
     job: dict[str, object] = {column: row[column] for column in _JOB_COLUMNS.split(", ")}
     job["priority"] = PRIORITIES[1 if row["priority"] else 0]
+    job["tags"] = job_tags(row["tags"])
     return job
 
 
@@ -30,9 +32,10 @@ def create_job(
     priority: int = 0,
 ) -> dict[str, object]:
     cursor = conn.execute(
-        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path, priority) "
-        "VALUES (?, 'queued', ?, ?, ?, ?, ?)",
-        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path, priority),
+        "INSERT INTO jobs (type, status, filename, created_at, payload, staged_path, priority, tags) "
+        "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
+        (job_type, filename, now, json.dumps(payload) if payload is not None else None, staged_path, priority,
+         stored_tags(payload)),
     )
     return get_job(conn, int(cursor.lastrowid or 0))
 

@@ -159,6 +159,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        5,
+        "jobs keep the tags their document gets, past the end of the job (kb engine 3.7)",
+        # NULL for the jobs queued before: the engine does not know their tags, and says so (null).
+        ("ALTER TABLE jobs ADD COLUMN tags TEXT",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
