@@ -7,6 +7,7 @@ else receives a `Settings` object; tests build one directly with `Settings(...)`
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -314,9 +315,26 @@ def _parse_bind(value: str) -> str:
     return value
 
 
+_LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
+_LOOPBACK_V6 = ipaddress.IPv6Address("::1")
+
+
 def is_loopback_host(host: str | None) -> bool:
-    """localhost, 127.0.0.0/8 or ::1: where plain http is tolerated for OAuth (development)."""
-    return host in ("localhost", "127.0.0.1", "::1") or (host or "").startswith("127.")
+    """Whether `host` is loopback: an IP address in 127.0.0.0/8, the IPv6 loopback ::1 (in brackets or not),
+    or the name `localhost` in any case. Nothing else: a name such as 127.example.com or localhost.example.com
+    can point anywhere. The bridge's one test of loopback (where plain http is tolerated for OAuth)."""
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv4Address):
+        return not bracketed and address in _LOOPBACK_V4
+    return address == _LOOPBACK_V6  # ::ffff:127.0.0.1 and ::1%zone are not ::1
 
 
 def _parse_secure_url(value: str) -> str:
@@ -325,7 +343,8 @@ def _parse_secure_url(value: str) -> str:
     if not parts.hostname or parts.scheme not in ("http", "https"):
         raise ValueError("expected an https:// URL with a host")
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
-        raise ValueError("must be https (http is accepted only on a loopback host, for development)")
+        raise ValueError("must be https (http is accepted only on loopback, for development: an address in "
+                         "127.0.0.0/8, ::1 or localhost)")
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ValueError("must not carry credentials, a query string or a fragment")
     return value

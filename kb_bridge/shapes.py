@@ -113,6 +113,9 @@ JOB = obj(
         "created_at": OPT_STR,
         "started_at": OPT_STR,
         "finished_at": OPT_STR,
+        # Where the job files its document (its engine tags, engine 3.7): null when the engine does not say.
+        "collection": OPT_STR,
+        "tags": TAGS,
     },
     required=[],
 )
@@ -197,6 +200,7 @@ def chunk(raw: Any) -> dict[str, Any]:
 def job(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise EngineBadResponse()
+    collection, tags = _tags(raw)
     return {
         "id": _required_int(raw, "id"),
         "type": _opt(raw, "type", str),
@@ -207,6 +211,8 @@ def job(raw: Any) -> dict[str, Any]:
         "created_at": _opt(raw, "created_at", str),
         "started_at": _opt(raw, "started_at", str),
         "finished_at": _opt(raw, "finished_at", str),
+        "collection": collection,
+        "tags": tags,
     }
 
 

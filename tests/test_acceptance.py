@@ -192,17 +192,18 @@ async def test_exclusive_collection_move_is_one_conditional_step(client: Client,
     assert not result.is_error
 
 
-async def test_exclusive_collection_on_an_engine_without_patch_adds_then_removes(client: Client, engine: responses.RequestsMock) -> None:
+async def test_exclusive_collection_on_an_engine_without_patch_removes_then_adds(client: Client, engine: responses.RequestsMock) -> None:
+    # The spec's order: "SHALL first remove collection:documents via the engine's tag API, then add collection:memory".
     engine.get(f"{API}/documents/42", json=document(42, tags=["collection:documents", "x"], version=3))
     engine.patch(f"{API}/documents/42/tags", status=405, json={"detail": "Method Not Allowed"})
-    engine.post(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:documents", "collection:memory", "x"], "version": 4})
-    engine.delete(f"{API}/documents/42/tags/collection%3Adocuments", json={"id": 42, "tags": ["collection:memory", "x"], "version": 5})
+    engine.delete(f"{API}/documents/42/tags/collection%3Adocuments", json={"id": 42, "tags": ["x"], "version": 4})
+    engine.post(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:memory", "x"], "version": 5})
     result = await client.call_tool("kb_update_note", {"document_id": 42, "collection": "memory"})
     tag_calls = [(c.request.method, c.request.url) for c in engine.calls if "/tags" in c.request.url]
     assert tag_calls == [
         ("PATCH", f"{API}/documents/42/tags"),
-        ("POST", f"{API}/documents/42/tags"),
         ("DELETE", f"{API}/documents/42/tags/collection%3Adocuments"),
+        ("POST", f"{API}/documents/42/tags"),
     ]
     assert body(calls_to(engine, "POST", "/documents/42/tags")[0]) == {"tags": ["collection:memory"]}
     assert not result.is_error

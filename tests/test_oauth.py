@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import jwt
 import pytest
@@ -18,7 +19,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from kb_bridge.auth import oauth
 from kb_bridge.auth.oauth import InvalidToken, OAuthVerifier, metadata_urls, principal_from_claims
 from kb_bridge.settings import OAuthSettings, load_settings
-from kb_bridge.testing.oauth_server import AuthServer, new_key
+from kb_bridge.testing.oauth_server import AuthServer, new_key, self_signed_certificate
 from kb_bridge.testing.processes import free_port
 
 PUBLIC = "http://127.0.0.1:8765"
@@ -248,3 +249,58 @@ def test_settings_require_https_or_loopback_and_a_public_url() -> None:
     assert settings.mcp.oauth.resource == "https://kb.example/mcp"
     assert settings.mcp.oauth.metadata_url == "https://kb.example/.well-known/oauth-protected-resource/mcp"
     assert settings.mcp.auth_enabled
+
+
+# --- redirects of the metadata and key-set fetches (issue 32, item 17) ------------------------------------------
+# A real https issuer on loopback: a self-signed certificate the fetches trust through REQUESTS_CA_BUNDLE (as an
+# operator trusts a private CA), and a plain-http twin serving the same metadata and keys.
+
+
+@pytest.fixture
+def tls_issuer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AuthServer, AuthServer]]:
+    certificate = self_signed_certificate(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate.cert))
+    secure = AuthServer(audience=RESOURCE, tls=certificate).start()
+    plain = AuthServer(mirror_of=secure).start()
+    yield secure, plain
+    secure.stop()
+    plain.stop()
+
+
+def test_over_https_a_redirect_that_stays_on_https_is_followed(tls_issuer: tuple[AuthServer, AuthServer]) -> None:
+    secure, plain = tls_issuer
+    assert secure.issuer.startswith("https://")
+    secure.redirects["/jwks"] = secure.base.replace("127.0.0.1", "localhost") + "/jwks?moved"
+    assert verifier_for(secure).verify(secure.token()).name == "agent-1"
+    assert secure.requests["/jwks"] == 2 and sum(plain.requests.values()) == 0
+
+
+@pytest.mark.parametrize("moved", ["/.well-known/oauth-authorization-server", "/jwks", "two hops"])
+def test_a_redirect_from_https_to_http_is_never_followed(tls_issuer: tuple[AuthServer, AuthServer], moved: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    secure, plain = tls_issuer
+    if moved == "two hops":  # https -> https -> http: the second step leaves https
+        secure.redirects["/jwks"] = secure.base + "/jwks?hop"
+        secure.redirects["/jwks?hop"] = plain.base + "/jwks"
+    else:
+        secure.redirects[moved] = plain.base + moved
+    with caplog.at_level(logging.ERROR, logger="kb_bridge.auth.oauth"):
+        assert refused(verifier_for(secure), secure.token()) == "keys_unavailable"
+    assert sum(plain.requests.values()) == 0  # the http twin (serving good keys) was never asked
+    assert "redirect" in caplog.text and "https" in caplog.text
+
+
+def test_from_an_http_loopback_issuer_a_redirect_off_loopback_is_not_followed(server: AuthServer,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    server.redirects["/jwks"] = "http://kb-issuer.invalid/jwks"
+    with caplog.at_level(logging.ERROR, logger="kb_bridge.auth.oauth"):
+        assert refused(verifier_for(server), server.token()) == "keys_unavailable"
+    assert "redirect" in caplog.text
+
+
+def test_a_redirect_loop_ends(tls_issuer: tuple[AuthServer, AuthServer], caplog: pytest.LogCaptureFixture) -> None:
+    secure, _plain = tls_issuer
+    secure.redirects["/jwks"] = secure.base + "/jwks"
+    with caplog.at_level(logging.ERROR, logger="kb_bridge.auth.oauth"):
+        assert refused(verifier_for(secure), secure.token()) == "keys_unavailable"
+    assert secure.requests["/jwks"] <= oauth.MAX_REDIRECTS + 1

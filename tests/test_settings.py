@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kb_bridge.errors import SettingsError
-from kb_bridge.settings import Secret, load_settings
+from kb_bridge.settings import Secret, is_loopback_host, load_settings
 
 KEY = "agent-token-0123456789abcdef"
 
@@ -104,3 +104,36 @@ def test_every_variable_the_settings_read_is_documented_in_the_readme() -> None:
     undocumented = sorted(name for name in read if f"| `{name}` |" not in readme)
     assert len(read) > 20
     assert undocumented == []
+
+
+# --- loopback: where plain http is tolerated (issue 32, item 15) ------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "127.255.255.254", "::1", "[::1]", "localhost", "LOCALHOST",
+                                  "LocalHost", "0:0:0:0:0:0:0:1"])
+def test_loopback_is_127_slash_8_the_ipv6_loopback_or_localhost(host: str) -> None:
+    assert is_loopback_host(host)
+
+
+@pytest.mark.parametrize("host", ["127.kb-issuer.invalid", "127.0.0.1.nip.io", "localhost.evil.example", "evil-localhost",
+                                  "0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "128.0.0.1", "", None, "127.1",
+                                  "[127.0.0.1]", "::1]", "[::1", "localhost.", " 127.0.0.1"])
+def test_nothing_else_is_loopback(host: str | None) -> None:
+    assert not is_loopback_host(host)
+
+
+@pytest.mark.parametrize("issuer", ["http://127.kb-issuer.invalid", "http://127.0.0.1.nip.io/realms/kb",
+                                    "http://localhost.evil.example", "http://0.0.0.0:8080"])
+def test_an_http_issuer_off_loopback_is_refused_naming_the_setting(issuer: str) -> None:
+    for variable in ("KB_OAUTH_ISSUER", "KB_OAUTH_JWKS_URL"):
+        environ = {"KB_OAUTH_ISSUER": "https://id.example", "KB_PUBLIC_URL": "https://kb.example", variable: issuer}
+        with pytest.raises(SettingsError) as caught:
+            load_settings(environ)
+        assert caught.value.variable == variable and "https" in caught.value.problem
+
+
+@pytest.mark.parametrize("issuer", ["http://127.0.0.1:9000", "http://127.1.2.3/realms/kb", "http://[::1]:9000",
+                                    "http://LOCALHOST:9000/"])
+def test_an_http_issuer_on_loopback_is_accepted(issuer: str) -> None:
+    settings = load_settings({"KB_OAUTH_ISSUER": issuer, "KB_PUBLIC_URL": "https://kb.example"})
+    assert settings.mcp.oauth.issuer == issuer

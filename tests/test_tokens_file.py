@@ -20,6 +20,7 @@ DIGEST = "ab" * 32
 def write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "tokens.toml"
     path.write_text(text)
+    path.chmod(0o600)  # whatever the umask: a file others can write is refused
     return str(path)
 
 
@@ -79,6 +80,16 @@ def test_duplicates_and_files_that_are_not_toml_are_refused(tmp_path: Path) -> N
 
 def load_tokens_file_via_settings(path: str) -> None:
     load_settings({"KB_MCP_TOKENS_FILE": path})
+
+
+def test_the_mode_that_counts_is_the_files_own_even_through_a_symlink(tmp_path: Path) -> None:
+    path = Path(write(tmp_path, f'[[token]]\nname = "one"\nsha256 = "{DIGEST}"\nscopes = ["kb:read"]\n'))
+    link = tmp_path / "link.toml"
+    link.symlink_to(path)  # a link's own mode is always 0777: only the file's counts
+    assert len(load_settings({"KB_MCP_TOKENS_FILE": str(link)}).mcp.named_tokens) == 1
+    path.chmod(0o660)
+    with pytest.raises(SettingsError, match=r"^KB_MCP_TOKENS_FILE: .*writable by group or others \(mode 0660\)"):
+        load_tokens_file_via_settings(str(link))
 
 
 def test_token_new_prints_a_token_and_the_entry_that_accepts_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,9 @@ no silent overwrites — through the real MCP server in process, engine faked.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -194,6 +196,40 @@ async def test_update_text_and_move_together(client: Client, engine: responses.R
     assert not result.is_error
     assert body(engine.calls[0]) == {"text": "new"}
     assert calls_to(engine, "PATCH", "/documents/42/tags")[0].request.headers["If-Match"] == '"2"'
+
+
+
+async def test_a_move_without_the_tags_patch_removes_first_and_puts_the_old_collection_back_if_the_add_fails(
+        client: Client, engine: responses.RequestsMock) -> None:
+    # An engine without PATCH /documents/{id}/tags that refuses the new collection tag: its tags as they change.
+    tags = ["collection:documents", "keep"]
+
+    def read(_request: Any) -> tuple[int, dict[str, str], str]:
+        return 200, {}, json.dumps(document(42, tags=sorted(tags)))
+
+    def remove(_request: Any) -> tuple[int, dict[str, str], str]:
+        tags.remove("collection:documents")
+        return 200, {}, json.dumps({"id": 42, "tags": sorted(tags), "version": 2})
+
+    def add(request: Any) -> tuple[int, dict[str, str], str]:
+        added = json.loads(request.body)["tags"]
+        if added == ["collection:memory"]:
+            return 400, {}, json.dumps({"error": {"code": "bad_tag", "message": "refused"}})
+        tags.extend(added)
+        return 200, {}, json.dumps({"id": 42, "tags": sorted(tags), "version": 3})
+
+    engine.add_callback(responses.GET, f"{API}/documents/42", callback=read)
+    engine.patch(f"{API}/documents/42/tags", status=405, json={"error": {"code": "method_not_allowed", "message": "no"}})
+    engine.add_callback(responses.DELETE, f"{API}/documents/42/tags/collection%3Adocuments", callback=remove)
+    engine.add_callback(responses.POST, f"{API}/documents/42/tags", callback=add)
+    result = await client.call_tool("kb_update_note", {"document_id": 42, "collection": "memory"})
+    assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    steps = [(c.request.method, c.request.url.removeprefix(f"{API}/documents/42"), c.request.body) for c in engine.calls
+             if c.request.method in ("POST", "DELETE")]
+    assert [(method, path) for method, path, _ in steps] == [
+        ("DELETE", "/tags/collection%3Adocuments"), ("POST", "/tags"), ("POST", "/tags")]
+    assert [json.loads(sent)["tags"] for _, _, sent in steps[1:]] == [["collection:memory"], ["collection:documents"]]
+    assert sorted(tags) == ["collection:documents", "keep"]  # back where it was: in exactly one collection
 
 
 # --- what other clients send: integer-valued floats, contradictory flags, names by rule -------------------------

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import jwt
 import requests
@@ -41,6 +41,8 @@ REFETCH_INTERVAL = 10.0
 REFRESH_AFTER = 600.0
 FETCH_TIMEOUT = (3.0, 5.0)
 MAX_DOCUMENT_BYTES = 1024 * 1024
+# Metadata and key sets are fetched through at most this many redirects (each checked: _redirect_target).
+MAX_REDIRECTS = 3
 COLLECTIONS_CLAIM = "kb_collections"
 
 
@@ -262,14 +264,39 @@ class _FetchFailed(Exception):
 
 
 def _fetch_json(url: str) -> dict[str, Any]:
-    """GET a small JSON document (metadata, key set): bounded in time and size."""
-    try:
-        with requests.get(url, timeout=FETCH_TIMEOUT, stream=True, headers={"Accept": "application/json"}) as response:
-            if response.status_code != 200:
-                raise _FetchFailed(f"HTTP {response.status_code}")
-            body = response.raw.read(MAX_DOCUMENT_BYTES + 1, decode_content=True)
-    except requests.RequestException as exc:
-        raise _FetchFailed(type(exc).__name__) from None
+    """GET a small JSON document (metadata, key set): bounded in time and size. Redirects are followed here,
+    not by requests, and only while they stay where the keys may come from (`_redirect_target`)."""
+    for _ in range(MAX_REDIRECTS + 1):
+        try:
+            with requests.get(url, timeout=FETCH_TIMEOUT, stream=True, allow_redirects=False,
+                              headers={"Accept": "application/json"}) as response:
+                if response.is_redirect:
+                    url = _redirect_target(url, response.headers["Location"])
+                    continue
+                if response.status_code != 200:
+                    raise _FetchFailed(f"HTTP {response.status_code}")
+                body = response.raw.read(MAX_DOCUMENT_BYTES + 1, decode_content=True)
+        except requests.RequestException as exc:
+            raise _FetchFailed(type(exc).__name__) from None
+        return _json_object(body)
+    raise _FetchFailed(f"more than {MAX_REDIRECTS} redirects")
+
+
+def _redirect_target(url: str, location: str) -> str:
+    """Where a redirect from `url` leads, if the document may be fetched there: never from https to anything
+    else (a redirect to http would let anyone on the path choose the keys), and from an http loopback issuer
+    (development) only to https or loopback. _FetchFailed otherwise, naming only the target's scheme and host."""
+    target = urljoin(url, location)
+    parts = urlsplit(target)
+    where = f"{parts.scheme}://{parts.hostname or ''}"
+    if urlsplit(url).scheme == "https" and parts.scheme != "https":
+        raise _FetchFailed(f"refused a redirect from https to {where}")
+    if not _secure(target):
+        raise _FetchFailed(f"refused a redirect to {where}: not https, nor http on loopback")
+    return target
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
     if len(body) > MAX_DOCUMENT_BYTES:
         raise _FetchFailed("the document is larger than 1 MiB")
     try:

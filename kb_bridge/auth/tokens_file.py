@@ -8,16 +8,18 @@ authorization server.
     collections = ["documents"]       # optional: the only collections this token sees
 
 Read once at start by the settings reader; any bad entry stops the bridge with a message naming the
-entry (its position and, when it has one, its name). `kb-bridge token new` prints entries in this form.
+entry (its position and, when it has one, its name), and so does a file that group or others can write
+(they could add a token). `kb-bridge token new` prints entries in this form.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kb_bridge import collections as collection_names
@@ -60,9 +62,14 @@ def parse_collections(values: Iterable[str], where: str) -> frozenset[str]:
 
 
 def load_tokens_file(path: str) -> tuple[NamedToken, ...]:
-    """The entries of a tokens file; ValueError with a readable reason for anything wrong in it."""
+    """The entries of a tokens file; ValueError with a readable reason for anything wrong in it, or when
+    anyone but its owner could write it."""
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        with open(path, "rb") as file:
+            # The mode of the file as opened (through any symlink): nothing can swap it between check and read.
+            _check_mode(path, os.fstat(file.fileno()).st_mode)
+            text = file.read().decode("utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise ValueError(f"no such file: {path}") from None
     except OSError as exc:
@@ -78,6 +85,16 @@ def load_tokens_file(path: str) -> tuple[NamedToken, ...]:
     tokens = tuple(_entry(entry, number) for number, entry in enumerate(entries, start=1))
     _check_unique(tokens)
     return tokens
+
+
+def _check_mode(path: str, mode: int) -> None:
+    """Whoever can write the file can add a token with every scope: only its owner may. Reading is harmless
+    (the file holds digests, not tokens), so a group that only reads it (0640) is fine."""
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ValueError(
+            f"{path} is writable by group or others (mode {stat.S_IMODE(mode):04o}): anyone who can write it can add "
+            "a token; use a file only its owner can write (chmod 600, or 640 for a group that reads it)"
+        )
 
 
 def _entry(entry: dict[str, Any], number: int) -> NamedToken:

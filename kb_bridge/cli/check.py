@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from kb_bridge import __version__
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import EngineAuthFailed, KbError
-from kb_bridge.settings import Settings
+from kb_bridge.settings import Settings, is_loopback_host
 from kb_bridge.client.versions import engine_version, version_problem
 
 PROBE_TIMEOUT = 5.0
@@ -27,8 +27,7 @@ class Check:
 
 
 def _is_loopback(bind: str) -> bool:
-    host = bind.rpartition(":")[0].strip("[]")
-    return host in ("127.0.0.1", "localhost", "::1")
+    return is_loopback_host(bind.rpartition(":")[0])
 
 
 def check_configuration(settings: Settings) -> list[Check]:

@@ -5,10 +5,13 @@ collection tag and remove the old ones at once, conditional on the version just 
 one version step, the other tags stay, and of concurrent moves each either lands on the version it read or
 reads again and retries, so exactly one collection tag remains: the target of the last move that landed.
 
-An engine without it (404 or 405 to the PATCH) gets the move in steps: add the new tag, then remove the old
-ones, under a lock that every bridge worker sharing the upload store respects (so the bridge's own moves of
-one document never interleave). A step that fails puts back what the move had done: the old collection and
-the other tags stay. If even that fails, the outcome is reported as unknown.
+An engine without it (404 or 405 to the PATCH) gets the move in steps, in the order the kb v3 spec sets ("SHALL
+first remove collection:documents via the engine's tag API, then add collection:memory"): remove the old
+collection tags, then add the new one, under a lock that every bridge worker sharing the upload store respects
+(so the bridge's own moves of one document never interleave). Between the steps the document is in no
+collection; a step that fails puts back what the move had done (the old collection returns, the new one goes),
+so once the call returns the document is in exactly one collection. If even that fails, the outcome is
+reported as unknown.
 """
 
 from __future__ import annotations
@@ -50,16 +53,17 @@ def move(ctx: ToolContext, document_id: int, collection: str, expected_version: 
 
 
 def _move_in_steps(ctx: ToolContext, document_id: int, target: str, expected_version: int | None) -> Result:
-    """Add the new collection tag, then remove the old ones, holding the document's move lock."""
+    """Remove the old collection tags, then add the new one (the spec's order), holding the document's move
+    lock; a failed step is undone."""
     with ctx.uploads.lock(f"move-{document_id}", LOCK_SECONDS):
         raw = ctx.engine.get_document(document_id)
         _version(raw, expected_version)
         add, remove = _change(raw, target)
-        if add:
-            ctx.engine.add_tags(document_id, add)
         try:
             for tag in remove:
                 ctx.engine.remove_tag(document_id, tag)
+            if add:
+                ctx.engine.add_tags(document_id, add)
         except OutcomeUnknown as exc:
             _undo(ctx, document_id, add, remove, exc)
             # Undone: whatever the engine did with the last step, the document is as it was.

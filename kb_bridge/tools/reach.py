@@ -4,7 +4,9 @@ JWT's `kb_collections` claim), applied to every read and write before or around 
 For a limited principal, a document in another collection does not exist: reading it is NOT_FOUND with
 the very message a missing one gets, listings and counts leave it out, searches never return it. A write
 into another collection is FORBIDDEN before any engine call; an update or delete of a document elsewhere
-reads it first (to learn its collection) and then behaves as for a missing document. An unlimited principal
+reads it first (to learn its collection) and then behaves as for a missing document. A job belongs where its
+document is, or, before it has one, where it files (job_visible: kb_jobs and the console's job pages alike,
+decided from the job itself, never from anything the caller sends). An unlimited principal
 (every principal without such a limit) costs nothing extra: each helper passes straight through.
 
 The engine filters by tags that must all match, so a principal limited to several collections is served by
@@ -18,7 +20,7 @@ import base64
 import binascii
 import heapq
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kb_bridge import collections, shapes
@@ -52,6 +54,40 @@ def visible_chunk(engine: EngineClient, principal: Principal, chunk_id: int) -> 
     if principal.limited and not principal.sees(shapes.chunk(raw)["collection"]):
         raise NotFound(f"chunk {chunk_id} not found")
     return raw
+
+
+def job_visible(
+    engine: EngineClient, principal: Principal, job: Mapping[str, Any], documents: dict[int, bool] | None = None,
+) -> bool:
+    """Whether a job (as shapes.job gives it) exists for the principal, decided from the job alone: a job with
+    a document is where that document is now (a document moved away, or deleted, takes its job with it); a
+    job without one yet (queued, running, failed) is in the collection it files into, which the engine's job
+    `tags` say (engine 3.7). An engine that does not say leaves the job in no collection: fail closed.
+    `documents` caches the document checks of one listing."""
+    if not principal.limited:
+        return True
+    document_id = job.get("document_id")
+    if not isinstance(document_id, int):
+        return principal.sees(job.get("collection"))
+    if documents is not None and document_id in documents:
+        return documents[document_id]
+    try:
+        visible_document(engine, principal, document_id)
+        seen = True
+    except NotFound:
+        seen = False
+    if documents is not None:
+        documents[document_id] = seen
+    return seen
+
+
+def visible_job(engine: EngineClient, principal: Principal, job_id: int) -> dict[str, Any]:
+    """The job (shaped), or NOT_FOUND with the very message a missing job gets when it is outside the
+    principal's reach (job_visible)."""
+    found = shapes.job(engine.get_job(job_id))
+    if not job_visible(engine, principal, found):
+        raise NotFound(f"job {job_id} not found")
+    return found
 
 
 def scopes_for_search(principal: Principal, requested: str | None) -> list[str | None]:

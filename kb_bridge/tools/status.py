@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from kb_bridge import __version__, shapes
 from kb_bridge.tools import arguments as a
-from kb_bridge.errors import NotFound
 from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
@@ -24,38 +25,52 @@ class JobsArguments:
 JOBS_OUTPUT = shapes.result({"jobs": {"type": "array", "items": shapes.JOB}, "total": shapes.INT})
 
 
-# Engine-wide counts a collection-limited token does not get: they would tell what the others hold.
-ENGINE_WIDE_COUNTS = ("documents", "chunks", "vectors", "queue", "index")
+# What a collection-limited token sees of the engine's status: what the engine is and can do, never what it
+# holds (any count, of documents, chunks, vectors, the queue or the indexes, would tell what the other
+# collections hold). An allow-list, so that a field an engine adds stays hidden until judged here: `None`
+# keeps the value whole, a nested mapping keeps only its own keys of an object.
+AllowedFields: TypeAlias = "Mapping[str, AllowedFields | None]"
+LIMITED_STATUS_FIELDS: AllowedFields = {
+    "version": None, "api": None, "device": None, "search_modes": None, "store": None,
+    "model": {"name": None, "dim": None, "batch_size": None, "document_workers": None,
+              "precision": {"documents": None, "queries": None}},
+    "embedder": {"state": None, "reason": None},
+}
 
 
 def status(ctx: ToolContext, args: a.NoArguments) -> Result:
     # The engine's status is passed through whole: it is the engine's to define (docs/engine-api.md).
     engine = ctx.engine.status()
     if ctx.principal.limited:
-        engine = {key: value for key, value in engine.items() if key not in ENGINE_WIDE_COUNTS}
+        engine = allowed_fields(engine, LIMITED_STATUS_FIELDS)
     return {"bridge": {"version": __version__}, "engine": engine}
+
+
+def allowed_fields(value: Mapping[str, Any], allowed: AllowedFields) -> dict[str, Any]:
+    """The fields of `value` that `allowed` lists, nested objects filtered by their own lists. A nested list
+    over a value that is not an object keeps it only when it is null (`"model": null`: no model)."""
+    kept: dict[str, Any] = {}
+    for key, nested in allowed.items():
+        if key not in value:
+            continue
+        item = value[key]
+        if nested is None or item is None:
+            kept[key] = item
+        elif isinstance(item, dict):
+            kept[key] = allowed_fields(item, nested)
+    return kept
 
 
 def jobs(ctx: ToolContext, args: JobsArguments) -> Result:
     raw = ctx.engine.list_jobs(args.status, args.limit)
     listed = [shapes.job(j) for j in shapes.listed(raw, "jobs")]
     if ctx.principal.limited:
-        # Jobs carry no collection: a limited token sees those whose document is in its collections.
-        listed = [job for job in listed if _job_visible(ctx, job)]
+        # The rule every job view shares (reach.job_visible): where its document is, else where it files.
+        documents: dict[int, bool] = {}
+        listed = [job for job in listed if reach.job_visible(ctx.engine, ctx.principal, job, documents)]
         return {"jobs": listed, "total": len(listed)}
     total = raw.get("total")
     return {"jobs": listed, "total": total if isinstance(total, int) else len(listed)}
-
-
-def _job_visible(ctx: ToolContext, job: dict[str, object]) -> bool:
-    document_id = job["document_id"]
-    if not isinstance(document_id, int):
-        return False
-    try:
-        reach.visible_document(ctx.engine, ctx.principal, document_id)
-    except NotFound:
-        return False
-    return True
 
 
 def render_status(result: Result) -> str:
@@ -70,6 +85,11 @@ def render_status(result: Result) -> str:
     lines = [
         f"kb-bridge {result['bridge']['version']}, engine {engine.get('version', '?')}",
         f"Model: {name or 'none (full-text search only)'}" + (f" on {device}" if name and device else "") + f"; search modes: {modes}",
+    ]
+    if "documents" not in engine and "queue" not in engine:
+        # A collection-limited token gets no engine-wide counts (kb_collections counts its own).
+        return "\n".join(lines)
+    lines += [
         f"Documents: {docs.get('total', '?')} ({docs.get('notes', '?')} notes, {docs.get('files', '?')} files), "
         f"{engine.get('chunks', '?')} chunks",
         "Queue: " + ", ".join(f"{queue.get(state, 0)} {state}" for state in ("queued", "running", "done", "failed")),

@@ -117,3 +117,53 @@ def test_without_the_patch_a_move_failing_midway_keeps_the_old_collection(engine
     assert move(bridge, doc_id, "elsewhere") in ("ENGINE_ERROR", "ENGINE_UNAVAILABLE")
     after = engine_doc(engine.url, doc_id)
     assert collection_tags(after) == ["collection:start"] and "keep-me" in after["tags"]
+
+
+# --- without the PATCH: the kb v3 spec's order, remove the old collection first (issue 32, item 18) ------------
+
+
+def tag_calls(proxy: FaultProxy, doc_id: int) -> list[str]:
+    """The tag changes the engine received for one document, in order: "POST" (add) or "DELETE <tag>"."""
+    prefix = f"/api/v1/documents/{doc_id}/tags"
+    calls = []
+    for method, path, _ in list(proxy.seen):
+        if method == "POST" and path == prefix:
+            calls.append("POST")
+        elif method == "DELETE" and path.startswith(prefix + "/"):
+            calls.append("DELETE " + requests.utils.unquote(path.removeprefix(prefix + "/")))
+    return calls
+
+
+def test_without_the_patch_a_move_first_removes_the_old_collection_then_adds_the_new(
+        engine: Service, proxied: tuple[Service, FaultProxy]) -> None:
+    bridge, proxy = proxied
+    doc_id = new_note(bridge, "A note moved the way the kb v3 spec says.")
+    assert move(bridge, doc_id, "memory") is None
+    assert tag_calls(proxy, doc_id) == ["DELETE collection:start", "POST"]
+    after = engine_doc(engine.url, doc_id)
+    assert collection_tags(after) == ["collection:memory"] and "keep-me" in after["tags"]
+
+
+def test_without_the_patch_a_move_whose_add_fails_puts_the_old_collection_back(
+        engine: Service, proxied: tuple[Service, FaultProxy]) -> None:
+    bridge, proxy = proxied
+    doc_id = new_note(bridge, "A note whose move cannot add its new collection.")
+    tags_path, doc_path = f"/api/v1/documents/{doc_id}/tags", f"/api/v1/documents/{doc_id}"
+    undoing = {"read": False, "failed": False}
+
+    def add_fails_until_the_undo(method: str, path: str, _count: int) -> Fault | None:
+        # Every attempt at adding the new collection fails (retries included); once the bridge reads the
+        # document again after a failure (its undo), adding the old collection back is let through.
+        if method == "GET" and path == doc_path and undoing["failed"]:
+            undoing["read"] = True
+        if method == "POST" and path == tags_path and not undoing["read"]:
+            undoing["failed"] = True
+            return Fault(status=500)
+        return None
+
+    proxy.rules.append(add_fails_until_the_undo)
+    assert move(bridge, doc_id, "elsewhere") in ("ENGINE_ERROR", "ENGINE_UNAVAILABLE")
+    calls = tag_calls(proxy, doc_id)
+    assert calls[0] == "DELETE collection:start" and calls[-1] == "POST", calls  # removed first, put back last
+    after = engine_doc(engine.url, doc_id)
+    assert collection_tags(after) == ["collection:start"] and "keep-me" in after["tags"]
