@@ -64,7 +64,7 @@ class PrometheusMetrics(Metrics):
             "kb_bridge_engine_retries", "Engine requests tried again, by endpoint.", ["endpoint"], registry=registry
         )
         self._auth_failures = Counter(
-            "kb_bridge_auth_failures", "Requests refused at the /mcp door, by reason.", ["reason"], registry=registry
+            "kb_bridge_auth_failures", "Requests refused at the door (Host/Origin on any path, tokens), by reason.", ["reason"], registry=registry
         )
         self._uploads = uploads
         if not self._multiprocess and uploads is not None:
@@ -91,10 +91,33 @@ class PrometheusMetrics(Metrics):
             from prometheus_client import multiprocess
 
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            registry.register(_WrittenFilesCollector(os.environ[MULTIPROC_ENV], multiprocess.MultiProcessCollector))
             if self._uploads is not None:
                 registry.register(_UploadCollector(self._uploads))
         return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class _WrittenFilesCollector:
+    """prometheus_client's multiprocess collector, minus the files a process is still creating. A worker creates
+    a metric type's file empty and sizes it a moment later; a scrape reading it in between failed whole with
+    struct.error (prometheus/client_python#1199), once a scrape can overlap a worker's first sample of a kind
+    (console and ops requests run on several threads, web/wsgi.py). Such a file holds no sample yet."""
+
+    def __init__(self, path: str, collector: Any) -> None:
+        self._path = path
+        self._collector = collector
+
+    def collect(self) -> Iterator[Any]:
+        import glob
+
+        files = []
+        for name in glob.glob(os.path.join(self._path, "*.db")):
+            try:
+                if os.path.getsize(name) >= 8:  # the header (bytes used) is written when the file is sized
+                    files.append(name)
+            except OSError:
+                continue  # removed meanwhile (a dead worker's live gauges)
+        return iter(self._collector.merge(files, accumulate=True))
 
 
 class _UploadCollector:

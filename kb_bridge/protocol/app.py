@@ -1,9 +1,11 @@
 """create_app(settings): the one ASGI application gunicorn serves.
 
-`/mcp` goes through the Host/Origin guard and bearer auth to the MCP Streamable HTTP transport
-(stateless: any worker or replica can take any request); every other path goes to the Flask
-operational app. The ASGI lifespan runs the MCP session manager, which runs the bridge's own
-lifespan (thread pool, upload sweeper).
+Every request passes the Host/Origin guard first (a DNS-rebinding page reaches no path, the console
+included). Then `/mcp` goes through bearer auth to the MCP Streamable HTTP transport (stateless: any worker
+or replica can take any request); every other path goes through its body limit to the Flask app
+(operational endpoints and the console), served on a bounded thread pool of its own (web/wsgi.py). The
+ASGI lifespan runs the MCP session manager, which runs the bridge's own lifespan (thread pool, upload
+sweeper).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import mcp_types as types
-from asgiref.wsgi import WsgiToAsgi
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -30,8 +31,10 @@ from kb_bridge.runtime import Bridge
 from kb_bridge.settings import Settings, load_settings
 from kb_bridge.tools import registry as tools
 from kb_bridge.tools.spec import ToolSpec
+from kb_bridge.web.body_limit import BodyLimit, BodyLimits
 from kb_bridge.web.guard import HostOriginGuard
 from kb_bridge.web.ops import create_web_app
+from kb_bridge.web.wsgi import serve_wsgi
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +130,8 @@ class McpEndpoint:
 
 
 class BridgeApp:
-    """Routes ASGI traffic (/mcp to the MCP door, the rest to Flask) and owns the lifespan."""
+    """Guards every request (Host/Origin), routes it (/mcp to the MCP door, the rest to Flask) and owns the
+    lifespan."""
 
     def __init__(self, bridge: Bridge, mcp: Any, web: Any, managers: list[StreamableHTTPSessionManager],
                  verifier: OAuthVerifier | None = None) -> None:
@@ -137,7 +141,11 @@ class BridgeApp:
         self._mcp = mcp
         self._web = web
         self._managers = managers
-        self._http = AccessLog(self._route)
+        mcp_settings = bridge.settings.mcp
+        # One guard in front of the router, before auth and before any body is read: no path is left out.
+        guarded = HostOriginGuard(self._route, mcp_settings.allowed_hosts, mcp_settings.allowed_origins,
+                                  bridge.metrics.auth_failure)
+        self._http = AccessLog(guarded)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -193,7 +201,7 @@ def create_app(
     verifier = OAuthVerifier(oauth) if oauth.enabled else None
     challenge = Challenge(oauth.metadata_url if oauth.enabled else None)
 
-    # Host/Origin are checked once, by HostOriginGuard, before auth; the SDK's own check stays off.
+    # Host/Origin are checked once, by HostOriginGuard (BridgeApp, every path), before auth; the SDK's own check stays off.
     # One settings object for every request: given None, the SDK builds a pydantic model per request.
     sdk_security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
@@ -214,5 +222,7 @@ def create_app(
     )
     authenticator = Authenticator(settings.mcp, verifier)
     mcp = BearerAuth(mcp, settings.mcp, bridge.metrics.auth_failure, authenticator, challenge)
-    mcp = HostOriginGuard(mcp, settings.mcp.allowed_hosts, settings.mcp.allowed_origins, bridge.metrics.auth_failure)
-    return BridgeApp(bridge, mcp, WsgiToAsgi(create_web_app(bridge, authenticator)), managers, verifier)
+    # Console pages run the same tool handlers as /mcp: as many at once per process as tool calls.
+    web = serve_wsgi(create_web_app(bridge, authenticator), threads=settings.mcp.thread_pool_size)
+    web = BodyLimit(web, BodyLimits.for_settings(settings))
+    return BridgeApp(bridge, mcp, web, managers, verifier)

@@ -1,7 +1,11 @@
-"""The DNS-rebinding guard in front of /mcp: a Host not allowed is 421, an Origin not allowed is 403.
+"""The DNS-rebinding guard in front of every path: a Host not allowed is 421, an Origin not allowed is 403.
 
-It runs before auth, so a browser tricked by DNS rebinding learns nothing, not even whether a token
-would be needed. Requests without Origin (non-browser clients) pass.
+It wraps the whole router (protocol/app.py BridgeApp), so /mcp, the console, /healthz, /readyz, /metrics,
+the OAuth metadata and static files are guarded alike, and it runs before auth and before any body is read,
+so a browser tricked by DNS rebinding learns nothing, not even whether a token would be needed, and a
+keyless bridge's console is not reachable under a rebinding host name. Requests without Origin (non-browser
+clients) pass. Probes must send an allowed Host too (a load balancer probing by IP address: add it to
+KB_MCP_ALLOWED_HOSTS).
 """
 
 from __future__ import annotations

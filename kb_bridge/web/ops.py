@@ -16,6 +16,7 @@ from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.tokens_file import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import OAuthSettings
+from kb_bridge.web.body_limit import NOTE_FORM_BYTES, BodyLimits
 from kb_bridge.web.console import console_blueprint
 
 # Readiness probes run often and must answer fast, whatever the tool-call timeout is.
@@ -55,8 +56,12 @@ def protected_resource_metadata(oauth: OAuthSettings) -> dict[str, object]:
 
 def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None) -> Flask:
     app = Flask("kb_bridge.web")
-    # Uploads through the console stream to the engine; Flask's own limit would stop them first.
-    app.config["MAX_CONTENT_LENGTH"] = bridge.settings.uploads.max_bytes + 1024 * 1024
+    # Each path's own limit is enforced in front of Flask, before the body is read (web/body_limit.py);
+    # Flask's are only a backstop, so they must let the largest of them through: an upload, and a note's
+    # text at its largest as a form field (werkzeug's default for a form field is 500 kB).
+    limits = BodyLimits.for_settings(bridge.settings)
+    app.config["MAX_CONTENT_LENGTH"] = limits.largest
+    app.config["MAX_FORM_MEMORY_SIZE"] = NOTE_FORM_BYTES
     keys = metrics_keys(bridge)
     app.register_blueprint(console_blueprint(bridge, authenticator or Authenticator(bridge.settings.mcp)))
 

@@ -94,6 +94,14 @@ def test_7_host_not_allowed_is_421(bridge: Service) -> None:
     assert post(bridge, headers={"Host": "evil.example"}).status_code == 421
 
 
+@pytest.mark.parametrize(("headers", "status"), [({"Host": "evil.example"}, 421), ({"Origin": "https://evil.example"}, 403)])
+def test_6_and_7_the_guard_answers_before_auth(bridge: Service, headers: dict[str, str], status: int) -> None:
+    """One guard in front of every path (tests/e2e/test_web_door.py), still before the token is looked at:
+    a rebinding page learns nothing, not even that a token is needed."""
+    response = post(bridge, headers={"Authorization": None, **headers})  # type: ignore[dict-item]
+    assert response.status_code == status and "www-authenticate" not in response.headers
+
+
 def test_8_unknown_protocol_version_header_is_400(bridge: Service) -> None:
     assert post(bridge, headers={"MCP-Protocol-Version": "1999-01-01"}).status_code == 400
 
