@@ -33,9 +33,11 @@ from tests.e2e.mcp_client import connect
 from tests.e2e.test_ts_client import Step, node, run as run_ts, tool as ts_tool
 
 __all__ = ["node"]  # the TypeScript client's fixture, shared with tests/e2e/test_ts_client.py
+from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import MODERN_META, modern_call
-from kb_bridge.testing.oauth_server import AuthServer, new_key
+from kb_bridge.testing.oauth_server import AuthServer, new_key, self_signed_certificate
 from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
+from kb_bridge.testing.standin import StandInEngine
 
 pytestmark = pytest.mark.anyio
 
@@ -91,6 +93,7 @@ def setup(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     pair, pair_entry = token_new("pair-agent", "--scopes", "kb:read,kb:write,kb:delete", "--collections", f"{MEM},{NOTES}")
     tokens_file = tmp / "tokens.toml"
     tokens_file.write_text(reader_entry + "\n" + pair_entry)
+    tokens_file.chmod(0o600)  # whatever the umask: a tokens file others can write is refused
     env = {
         "KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": ADMIN,
         "KB_MCP_TOKENS_FILE": str(tokens_file), "KB_OAUTH_ISSUER": auth.issuer, "KB_PUBLIC_URL": public_url,
@@ -537,3 +540,238 @@ def test_typescript_client_with_a_limited_read_only_token(node: str, setup: Setu
     assert outputs[2]["result"]["isError"] is True and outputs[2]["result"]["content"][0]["text"].startswith("NOT_FOUND: ")
     assert [c["name"] for c in outputs[3]["result"]["structuredContent"]["collections"]] == [MEM]
     assert outputs[4]["ok"] is False and "insufficient_scope" in outputs[4]["error"]["message"]
+
+
+# --- kb_status for a collection-limited token (issue 32, item 6) -----------------------------------------
+
+# Everything a collection-limited token may see of the engine's status, as dotted paths to the values it may
+# carry: what the engine is and can do. No count of any kind (documents, chunks, vectors, the queue, the
+# indexes) may appear: each would tell what the other collections hold.
+LIMITED_STATUS_PATHS = {
+    "bridge.version", "engine.version", "engine.api", "engine.device", "engine.search_modes", "engine.store",
+    "engine.model", "engine.model.name", "engine.model.dim", "engine.model.batch_size",
+    "engine.model.document_workers", "engine.model.precision.documents", "engine.model.precision.queries",
+    "engine.embedder.state", "engine.embedder.reason",
+}
+
+
+def leaf_paths(value: Any, prefix: str = "") -> set[str]:
+    """The dotted paths of every value in a JSON result that is not itself an object."""
+    if isinstance(value, dict) and value:
+        return {path for key, item in value.items() for path in leaf_paths(item, f"{prefix}.{key}" if prefix else key)}
+    return {prefix}
+
+
+async def test_a_collection_limited_kb_status_carries_no_count_of_the_engine(setup: Setup, engine: Service) -> None:
+    full = requests.get(engine.url + "/api/v1/status", headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=10).json()
+    assert "indexes" in full  # the real local engine reports nested counts beyond docs/engine-api.md
+    for label, token, _collections in limited_tokens(setup):
+        async with connect(setup.bridge.url, token) as client:
+            result = await client.call_tool("kb_status", {})
+        assert not result.is_error, label
+        paths = leaf_paths(result.structured_content)
+        assert paths <= LIMITED_STATUS_PATHS, (label, sorted(paths - LIMITED_STATUS_PATHS))
+        assert {"engine.version", "engine.search_modes"} <= paths, label  # the engine's description is still there
+        text = result.content[0].text
+        assert "Documents:" not in text and "chunks" not in text and "Queue:" not in text, (label, text)
+    # A full-access token still gets the engine's whole status, nested counts included.
+    whole = admin_call(setup.bridge.url, "kb_status", {})
+    assert "indexes" in whole["engine"] and "documents" in whole["engine"]
+
+
+# --- a tokens file others can write (issue 32, item 14) ---------------------------------------------------
+
+START_COMMANDS = {
+    "serve": [sys.executable, "-m", "kb_bridge", "serve"],
+    "gunicorn": [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "kb_bridge.asgi:app"],
+    "check": [sys.executable, "-m", "kb_bridge", "check"],
+    "stdio": [sys.executable, "-m", "kb_bridge", "stdio"],
+}
+
+
+def started_as(command: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The bridge started as a person starts it, expected to refuse (stdio gets no input: it ends at once)."""
+    full = clean_env({"KB_BIND": f"127.0.0.1:{free_port()}", "KB_WORKERS": "1", "KB_UPLOAD_DIR": str(tmp_path / "uploads"),
+                      "KB_ENGINE_URL": "http://127.0.0.1:9", **env})
+    return subprocess.run(START_COMMANDS[command], env=full, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def tokens_file_with_mode(tmp_path: Path, mode: int) -> tuple[Path, str]:
+    """A good tokens file with this mode, and the token its one entry accepts."""
+    token = "named-token-" + "x" * 32
+    entry = ('[[token]]\nname = "reader"\nsha256 = "' + hashlib.sha256(token.encode()).hexdigest()
+             + '"\nscopes = ["kb:read"]\n')
+    path = tmp_path / f"tokens-{mode:o}.toml"
+    path.write_text(entry)
+    path.chmod(mode)
+    return path, token
+
+
+@pytest.mark.parametrize(("command", "mode"), [
+    ("serve", "0664"), ("serve", "0646"), ("gunicorn", "0664"), ("gunicorn", "0602"), ("check", "0664"), ("stdio", "0664"),
+])
+def test_a_tokens_file_others_can_write_stops_the_bridge_naming_it_and_its_mode(tmp_path: Path, command: str, mode: str) -> None:
+    path, _token = tokens_file_with_mode(tmp_path, int(mode, 8))
+    done = started_as(command, {"KB_MCP_TOKENS_FILE": str(path)}, tmp_path)
+    assert done.returncode != 0, (command, done.stderr[-2000:])
+    assert "KB_MCP_TOKENS_FILE" in done.stderr and f"mode {mode}" in done.stderr, (command, done.stderr[-2000:])
+    assert "writable by group or others" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["0600", "0640", "0644"])
+def test_a_tokens_file_only_its_owner_can_write_is_accepted(tmp_path: Path, mode: str) -> None:
+    # Readable by a group (or anyone) is fine: the file holds only the tokens' SHA-256 digests.
+    path, token = tokens_file_with_mode(tmp_path, int(mode, 8))
+    with StandInEngine() as engine:
+        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_TOKENS_FILE": str(path)}, workers=1)
+        try:
+            reply = modern_call(bridge.url, token, "kb_status", {})
+            assert reply["result"]["isError"] is False, reply  # type: ignore[index]
+        finally:
+            bridge.stop()
+
+
+# --- the OAuth issuer must be https, or http on loopback (issue 32, item 15) ----------------------------------
+
+
+@pytest.mark.parametrize("issuer", ["http://127.kb-issuer.invalid", "http://localhost.kb-issuer.invalid/realms/kb",
+                                    "http://127.0.0.1.nip.io"])
+def test_an_http_issuer_off_loopback_stops_the_bridge_naming_the_setting(tmp_path: Path, issuer: str) -> None:
+    env = {"KB_OAUTH_ISSUER": issuer, "KB_PUBLIC_URL": "https://kb.example.test"}
+    for command in ("serve", "gunicorn"):
+        done = started_as(command, env, tmp_path)
+        assert done.returncode != 0, (command, done.stderr[-2000:])
+        assert "KB_OAUTH_ISSUER" in done.stderr and "https" in done.stderr, (command, done.stderr[-2000:])
+
+
+# --- the console: a session lasts as long as its token; jobs by collection (issue 32, items 3, 4, 5) ------
+
+
+def engine_job(engine: Service, job_id: int) -> dict[str, Any]:
+    response = requests.get(f"{engine.url}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {ENGINE_KEY}"},
+                            timeout=10)
+    return dict(response.json())
+
+
+def ended(engine: Service, job_id: int) -> dict[str, Any]:
+    """The job once it is done or failed (polled with a deadline)."""
+    found: dict[str, Any] = {}
+
+    def finished() -> bool:
+        found.update(engine_job(engine, job_id))
+        return found["status"] in ("done", "failed")
+
+    wait_until(finished, 120, interval=0.2, what=f"job {job_id} to end")
+    return found
+
+
+def mcp_upload(url: str, token: str, filename: str, data: bytes, collection: str) -> int:
+    """A file through the three upload tools, as an agent sends it: the engine job's id."""
+    def ok(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result: Any = modern_call(url, token, tool, arguments)["result"]
+        assert not result.get("isError"), result
+        return dict(result["structuredContent"])
+
+    upload_id = ok("kb_upload_start", {"filename": filename, "total_size": len(data), "collection": collection})["upload_id"]
+    ok("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": 0, "data": base64.b64encode(data).decode()})
+    return int(ok("kb_upload_finish", {"upload_id": upload_id})["job_id"])
+
+
+BROKEN_PDF = b"%PDF-1.4 not really a pdf"  # its job fails: a job that never gets a document
+
+
+def test_a_console_session_ends_when_its_jwt_expires(setup: Setup) -> None:
+    ui = setup.bridge.url + "/ui"
+    # Expired a moment ago, still inside the verifier's clock-skew leeway: no session for it at all.
+    with pytest.raises(AssertionError, match="sign-in refused"):
+        ConsoleClient(ui, setup.jwt(sub=f"late-{SUFFIX}", exp=int(time.time()) - 5))
+    expires = int(time.time()) + 15
+    console = ConsoleClient(ui, setup.jwt(sub=f"console-{SUFFIX}", exp=expires))
+    assert console.get("/search").status_code == 200
+    # The session ends with the token: by its exp (not 8 hours later, nor the verifier's 60 s leeway after).
+    wait_until(lambda: ConsoleClient.signed_out(console.get("/search")), max(1.0, expires - time.time()) + 20,
+               interval=0.5, what="the console session to end with its token")
+    assert time.time() >= expires - 1
+    assert ConsoleClient.signed_out(console.get("/collections"))
+    assert ConsoleClient.signed_out(console.post("/sign-out", {}))
+
+
+def test_console_jobs_are_visible_by_collection_never_by_cookie(setup: Setup, engine: Service) -> None:
+    # Another collection's job without a document (its file failed to parse): its file name and error must not leak.
+    secret_job = mcp_upload(setup.bridge.url, ADMIN, f"secret-{SUFFIX}.pdf", BROKEN_PDF, SECRET)
+    assert ended(engine, secret_job)["document_id"] is None
+    token = setup.jwt(sub=f"console-mem-{SUFFIX}", kb_collections=[MEM])
+    console = ConsoleClient(setup.bridge.url + "/ui", token)
+    forged = {"kb_console_jobs": str(secret_job)}  # the cookie the console once trusted
+    missing = console.get("/jobs/987654321", json=True)
+    for as_json in (False, True):
+        answer = console.get(f"/jobs/{secret_job}", json=as_json, cookies=forged)
+        assert answer.status_code == 404, answer.text
+        assert f"secret-{SUFFIX}" not in answer.text and "pdf" not in answer.text.lower()
+    assert console.get(f"/jobs/{secret_job}", json=True).json()["error"] == missing.json()["error"].replace(
+        "987654321", str(secret_job))  # the very answer a missing job gets
+
+    # Its own upload into its own collection, through the console: visible while it has no document and after.
+    sent = console.upload(f"mine-{SUFFIX}.pdf", BROKEN_PDF, MEM)
+    assert sent.status_code == 200, sent.text
+    mine = int(sent.json()["job"]["id"])
+    assert ended(engine, mine)["document_id"] is None
+    fresh = ConsoleClient(setup.bridge.url + "/ui", token)  # a new session: nothing remembered of the upload
+    page = fresh.get(f"/jobs/{mine}")
+    assert page.status_code == 200 and f"mine-{SUFFIX}.pdf" in page.text
+    assert fresh.get(f"/jobs/{mine}", json=True).json()["collection"] == MEM
+    listing = fresh.get("/jobs").text
+    assert f"mine-{SUFFIX}.pdf" in listing and f"secret-{SUFFIX}" not in listing
+    # kb_jobs applies the same rule.
+    reply: Any = modern_call(setup.bridge.url, token, "kb_jobs", {"limit": 100})
+    ids = {job["id"] for job in reply["result"]["structuredContent"]["jobs"]}
+    assert mine in ids and secret_job not in ids
+
+
+def test_the_console_job_pages_need_kb_read(setup: Setup, engine: Service) -> None:
+    job_id = mcp_upload(setup.bridge.url, ADMIN, f"plain-{SUFFIX}.md", b"# Plain\n\nplain words", MEM)
+    ended(engine, job_id)
+    writer = ConsoleClient(setup.bridge.url + "/ui", setup.jwt(sub=f"writer-{SUFFIX}", scope="kb:write"))
+    for path in (f"/jobs/{job_id}", "/jobs"):
+        for as_json in (False, True):
+            answer = writer.get(path, json=as_json)
+            assert answer.status_code == 403, (path, as_json, answer.text)
+            assert "lacks the kb:read scope" in answer.text and f"plain-{SUFFIX}" not in answer.text
+    assert "/ui/jobs" not in writer.get("/search").text  # and no Jobs link to follow
+
+
+# --- the issuer's metadata and keys never come over a redirect from https to http (issue 32, item 17) ----------
+
+
+@pytest.mark.parametrize(("moved", "to", "accepted"), [
+    ("/jwks", "https", True),  # the control: a redirect within https is followed (and this TLS setup works)
+    ("/jwks", "http", False),
+    ("/.well-known/oauth-authorization-server", "http", False),
+])
+def test_the_bridge_never_follows_a_redirect_from_https_to_http_for_the_issuers_keys(
+        engine: Service, tmp_path: Path, moved: str, to: str, accepted: bool) -> None:
+    """A real https issuer on loopback (a self-signed certificate the bridge trusts through REQUESTS_CA_BUNDLE, as
+    an operator trusts a private CA) whose metadata or key set answers 302 to a plain-http twin serving the same
+    documents: following it would let anyone on the path between the bridge and the twin choose the keys."""
+    certificate = self_signed_certificate(tmp_path)
+    public = f"http://127.0.0.1:{free_port()}"
+    secure = AuthServer(audience=public + "/mcp", tls=certificate).start()
+    plain = AuthServer(mirror_of=secure).start()
+    secure.redirects[moved] = (plain.base + moved) if to == "http" else (secure.base + moved + "?moved")
+    env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_OAUTH_ISSUER": secure.issuer, "KB_PUBLIC_URL": public,
+           "REQUESTS_CA_BUNDLE": str(certificate.cert)}
+    bridge = start_bridge(tmp_path, env, workers=1)
+    try:
+        response = requests.post(bridge.url + "/mcp", json=tool_body("kb_status", {}), timeout=30, headers={
+            "Authorization": f"Bearer {secure.token()}", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "kb_status"})
+        assert response.status_code == (200 if accepted else 401), (response.status_code, bridge.log()[-2000:])
+        assert secure.requests[moved] >= 1
+        assert sum(plain.requests.values()) == 0, plain.requests  # the http twin was never asked
+        if not accepted:
+            assert "cannot fetch the OAuth issuer's signing keys" in bridge.log() and "redirect" in bridge.log()
+    finally:
+        bridge.stop()
+        secure.stop()
+        plain.stop()

@@ -18,8 +18,9 @@ import requests
 
 from tests.conftest import require
 from tests.e2e.conftest import ENGINE_KEY
-from kb_bridge.testing.mcp_http import modern_call
-from kb_bridge.testing.processes import REPO, Service, start_bridge, wait_until
+from kb_bridge.testing.console import ConsoleClient
+from kb_bridge.testing.mcp_http import error_code, modern_call
+from kb_bridge.testing.processes import REPO, Service, free_port, start_bridge, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -292,3 +293,117 @@ def test_a_read_only_token_sees_no_write_controls(browser: Any, console: Console
                                         form={"csrf_token": csrf, "confirmed": "yes"}, max_redirects=0)
     assert refused.status == 403
     wait_until(lambda: console.document(document_id) is not None, 5, what="the document still there")
+
+
+# --- the console over plain HTTP: what a script or an attacker can send (issue 32) ------------------------
+
+
+def job_total(engine: Service) -> int:
+    response = requests.get(engine.url + "/api/v1/jobs", params={"limit": 1},
+                            headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=10)
+    return int(response.json()["total"])
+
+
+def tokens_toml(**tokens: tuple[str, str]) -> str:
+    """A tokens file: name = (token, TOML list of scopes)."""
+    return "".join(f'[[token]]\nname = "{name}"\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+                   f"scopes = {scopes}\n\n" for name, (token, scopes) in tokens.items())
+
+
+# A bridge configured so that agents cannot change anything (item 2): the console may not either.
+NO_CONSOLE_WRITES = {
+    "read-only": {"KB_MCP_READ_ONLY": "1"},
+    "tools allow-list": {"KB_MCP_TOOLS": "kb_search,kb_get,kb_list,kb_collections,kb_jobs,kb_addnote"},
+}
+
+
+@pytest.mark.parametrize("config", sorted(NO_CONSOLE_WRITES))
+def test_the_console_offers_only_the_tools_the_bridge_offers(console: Console, tmp_path: Path, config: str) -> None:
+    document_id = console.add_note(f"Stints scurry along the tideline {SUFFIX}.", f"Stint {SUFFIX}")
+    bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": console.engine.url, "KB_API_KEY": ENGINE_KEY,
+                                     "KB_MCP_API_KEY": ADMIN, **NO_CONSOLE_WRITES[config]}, workers=1)
+    try:
+        # The API key holds every scope: only the bridge's tool set stands in the way.
+        http = ConsoleClient(bridge.url + "/ui", ADMIN)
+        page = http.get(f"/documents/{document_id}")
+        assert page.status_code == 200 and f"Stint {SUFFIX}" in page.text
+        assert ">Save</button>" not in page.text and ">Delete</button>" not in page.text
+        assert "/ui/upload" not in page.text  # no Upload link in the navigation
+        jobs_before = job_total(console.engine)
+        refused = {
+            "save": http.post(f"/documents/{document_id}", {"text": "overwritten", "version": "1"}),
+            "delete": http.post(f"/documents/{document_id}/delete", {"confirmed": "yes"}),
+            "delete page": http.get(f"/documents/{document_id}/delete"),
+            "upload": http.upload(f"sneaky-{SUFFIX}.md", b"# sneaky\n\nnever stored", COLLECTION),
+            "upload page": http.get("/upload"),
+        }
+        assert {name: r.status_code for name, r in refused.items()} == dict.fromkeys(refused, 403)
+        assert "does not offer" in refused["save"].text
+        stored = console.document(document_id)
+        assert stored is not None and stored["version"] == 1 and "tideline" in stored["content"]
+        assert job_total(console.engine) == jobs_before
+        assert http.get(f"/search?q=stints+tideline+{SUFFIX}").status_code == 200  # reading still works
+    finally:
+        bridge.stop()
+
+
+@pytest.mark.parametrize("store", ["directory", "redis"])
+def test_a_token_removed_from_the_tokens_file_ends_its_console_session(
+    engine: Service, tmp_path: Path, request: pytest.FixtureRequest, store: str,
+) -> None:
+    kept, removed = f"kept-token-{SUFFIX}-0123456789abcdef", f"removed-token-{SUFFIX}-0123456789abcdef"
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(tokens_toml(kept=(kept, '["kb:read"]'), removed=(removed, '["kb:read"]')))
+    env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_TOKENS_FILE": str(tokens)}
+    if store == "redis":
+        env["KB_UPLOAD_STORE"] = request.getfixturevalue("redis_url")
+    port = free_port()
+    bridge = start_bridge(tmp_path, env, workers=2, port=port)
+    try:
+        ui = bridge.url + "/ui"
+        stays, goes = ConsoleClient(ui, kept), ConsoleClient(ui, removed)
+        for _ in range(4):  # both sessions hold on either worker
+            assert stays.get("/search").status_code == goes.get("/search").status_code == 200
+        # Revoke: the token leaves the file, and the bridge restarts to read it (KB_MCP_TOKENS_FILE is read at start).
+        tokens.write_text(tokens_toml(kept=(kept, '["kb:read"]')))
+        bridge.stop()
+        bridge = start_bridge(tmp_path, env, workers=2, port=port)
+        assert ConsoleClient.signed_out(goes.post("/sign-out", {}))
+        assert ConsoleClient.signed_out(goes.get("/search"))
+        assert ConsoleClient.signed_out(goes.get("/collections"))
+        for _ in range(4):  # the session store outlived the restart: the other session goes on
+            assert stays.get("/search").status_code == 200
+    finally:
+        bridge.stop()
+
+
+UPLOADER = f"uploader-token-{SUFFIX}-0123456789abcdef"
+
+
+def test_console_uploads_count_against_the_per_caller_upload_limits(console: Console, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(tokens_toml(uploader=(UPLOADER, '["kb:read", "kb:write"]')))
+    bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": console.engine.url, "KB_API_KEY": ENGINE_KEY,
+                                     "KB_MCP_TOKENS_FILE": str(tokens), "KB_UPLOAD_MAX_PER_CALLER": "1",
+                                     "KB_UPLOAD_MAX_STAGED_BYTES": "4096"}, workers=1)
+    try:
+        http = ConsoleClient(bridge.url + "/ui", UPLOADER)
+        jobs_before = job_total(console.engine)
+        # More than the caller may stage at once (KB_UPLOAD_MAX_STAGED_BYTES), though under KB_UPLOAD_MAX_BYTES.
+        too_big = http.upload(f"big-{SUFFIX}.md", b"# big\n\n" + b"sandpiper " * 500, COLLECTION)
+        assert too_big.status_code == 429 and too_big.json()["error"].startswith("LIMIT_EXCEEDED"), too_big.text
+        # The caller's one upload slot (KB_UPLOAD_MAX_PER_CALLER=1) held by an upload it began over MCP.
+        started = modern_call(bridge.url, UPLOADER, "kb_upload_start",
+                              {"filename": "held.md", "total_size": 10, "collection": COLLECTION})
+        assert error_code(started) is None, started
+        upload_id = started["result"]["structuredContent"]["upload_id"]  # type: ignore[index]
+        held = http.upload(f"small-{SUFFIX}.md", b"# small\n\nknots feed in flocks", COLLECTION)
+        assert held.status_code == 429 and "uploads in progress" in held.json()["error"], held.text
+        assert job_total(console.engine) == jobs_before  # nothing reached the engine
+        assert error_code(modern_call(bridge.url, UPLOADER, "kb_upload_cancel", {"upload_id": upload_id})) is None
+        for attempt in range(2):  # a finished console upload frees its slot again
+            sent = http.upload(f"small-{attempt}-{SUFFIX}.md", b"# small\n\nknots feed in flocks", COLLECTION)
+            assert sent.status_code == 200 and isinstance(sent.json()["job"]["id"], int), sent.text
+        assert job_total(console.engine) == jobs_before + 2
+    finally:
+        bridge.stop()

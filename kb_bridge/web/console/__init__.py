@@ -5,56 +5,81 @@ Server-rendered pages that work without JavaScript; console.js only adds upload 
 status and the delete confirmation. Sessions are server-side (sessions.py); every state-changing request
 carries the session's CSRF token (a form field or the X-CSRF-Token header), else 403 and nothing changes.
 Sign-in itself is protected by a double-submit token (a short-lived cookie and the same value in the form).
+
+Three rules make the console no wider than /mcp:
+- it runs only the tools the bridge offers agents (offer.py: KB_MCP_READ_ONLY, KB_MCP_TOOLS) and shows
+  controls only for those the principal may use; an upload runs the three upload tools, so it is staged and
+  counted against the caller's upload limits like an agent's;
+- a session lasts as long as its token (validity.py): every request asks the authenticator again;
+- a job is visible by the rule every job view shares (tools/reach.py, job_visible), decided from the job.
 """
 
 from __future__ import annotations
 
+import base64
 import hmac
+import logging
 import secrets
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, Response, abort, g, jsonify, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
-from werkzeug.wrappers import Response as WerkzeugResponse
 
 from kb_bridge import collections as collection_names
-from kb_bridge import shapes
 from kb_bridge.auth.bearer import Authenticator
-from kb_bridge.auth.principal import ANONYMOUS, DELETE, READ, WRITE, Principal
-from kb_bridge.errors import Conflict, Forbidden, InvalidArgument, KbError, NotFound
+from kb_bridge.auth.principal import ANONYMOUS, Principal
+from kb_bridge.errors import Conflict, InvalidArgument, KbError
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools import reach, registry
-from kb_bridge.tools.spec import Result, ToolContext
-from kb_bridge.uploads.multipart import file_job_body
-from kb_bridge.uploads.names import check_type, safe_filename
-from kb_bridge.web.console.sessions import SESSION_SECONDS, Sessions
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
+from kb_bridge.web.console.offer import UPLOAD_TOOLS, ConsoleTools
+from kb_bridge.web.console.sessions import Session, Sessions
+from kb_bridge.web.console.validity import current_principal, token_expiry
+
+logger = logging.getLogger(__name__)
 
 COOKIE = "kb_console"
 PRE_COOKIE = "kb_console_signin"
 SNIPPET = 300
 _STATUS = {"NOT_FOUND": 404, "FORBIDDEN": 403, "VALIDATION_ERROR": 400, "CONFLICT": 409, "NOT_A_NOTE": 409,
-           "TOO_LARGE": 413, "UNSUPPORTED_TYPE": 415}
+           "UPLOAD_INCOMPLETE": 409, "TOO_LARGE": 413, "UNSUPPORTED_TYPE": 415, "LIMIT_EXCEEDED": 429,
+           "STORAGE_FULL": 507}
 
 
-def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint:
+def console_blueprint(bridge: Bridge, authenticator: Authenticator,
+                      available: tuple[ToolSpec, ...] = registry.ALL_TOOLS) -> Blueprint:
+    """The console for this bridge; `available` is the tool set /mcp selects from (the same selection)."""
     blueprint = Blueprint("console", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
     sessions = Sessions.for_settings(bridge.settings)
+    tools = ConsoleTools(bridge.settings.mcp, available)
     secure_public = (bridge.settings.mcp.oauth.public_url or "").startswith("https://")
 
+    def principal() -> Principal:
+        session: Session = g.session
+        return session.principal
+
     def call(tool: str, arguments: dict[str, Any]) -> Result:
-        ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings,
-                          principal=g.session.principal)
+        tools.require(principal(), tool)
+        ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=principal())
         with ctx.engine.deadline(bridge.settings.engine.call_deadline()):
             return registry.call(ctx, tool, arguments)
 
     def secure() -> bool:
         return request.is_secure or secure_public
 
+    def wants_json() -> bool:
+        return request.accept_mimetypes.best == "application/json"
+
     @blueprint.before_request
     def load_session() -> ResponseReturnValue | None:
-        g.session = sessions.find(request.cookies.get(COOKIE))
-        if request.endpoint in ("console.sign_in", "console.static"):
+        if request.endpoint == "console.static":
+            g.session = None
+            return None
+        g.session = _standing(sessions.find(request.cookies.get(COOKIE)))
+        if request.endpoint == "console.sign_in":
             return None
         if g.session is None:
             if request.method == "GET":
@@ -66,8 +91,26 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
                 abort(403, "the form's security token is missing or out of date; reload the page and try again")
         return None
 
+    def _standing(session: Session | None) -> Session | None:
+        """The session with the principal its token makes now; None (and the record gone) when the token no
+        longer makes one."""
+        g.session_ended = False
+        if session is None:
+            return None
+        now, reason = current_principal(authenticator, session)
+        if now is None:
+            sessions.end(session.id)
+            g.session_ended = True
+            bridge.metrics.auth_failure("console_session_ended")
+            logger.info("ended a console session of %s: its token is no longer valid (%s)", session.principal.name,
+                        reason.replace("_", " "))
+            return None
+        return replace(session, principal=now)
+
     @blueprint.after_request
     def headers(response: Response) -> Response:
+        if getattr(g, "session_ended", False):
+            response.delete_cookie(COOKIE, path="/ui")
         response.headers.setdefault("Cache-Control", "no-store")
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["X-Frame-Options"] = "DENY"
@@ -80,19 +123,25 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
     @blueprint.context_processor
     def page_context() -> dict[str, Any]:
         session = getattr(g, "session", None)
-        principal = session.principal if session else None
-        return {"session": session, "principal": principal,
-                "can_write": bool(principal and principal.can(WRITE)), "can_delete": bool(principal and principal.can(DELETE)),
+        who = session.principal if session else None
+
+        def can(*names: str) -> bool:
+            return who is not None and tools.usable(who, *names)
+
+        return {"session": session, "principal": who, "can": can, "can_upload": can(*UPLOAD_TOOLS),
                 "csrf": session.csrf if session else ""}
 
     @blueprint.errorhandler(KbError)
     def kb_error(exc: KbError) -> ResponseReturnValue:
-        return render_template("error.html", title="Something went wrong", message=f"{exc.code}: {exc.message}"), _STATUS.get(exc.code, 502)
+        status = _STATUS.get(exc.code, 502)
+        if wants_json():
+            return jsonify(error=f"{exc.code}: {exc.message}"), status
+        return render_template("error.html", title="Something went wrong", message=f"{exc.code}: {exc.message}"), status
 
     def refused(status: int) -> Callable[[Exception], ResponseReturnValue]:
         def handler(exc: Exception) -> ResponseReturnValue:
             message = getattr(exc, "description", "") or "refused"
-            if request.accept_mimetypes.best == "application/json":
+            if wants_json():
                 return jsonify(error=message), status
             return render_template("error.html", title="Refused", message=message), status
         return handler
@@ -112,18 +161,24 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
         sent = request.form.get("csrf_token", "")
         if not pre or not hmac.compare_digest(pre.encode(), sent.encode()):
             abort(403, "the sign-in form's security token is missing or out of date; reload the page and try again")
-        token = request.form.get("token", "").strip()
+        token = request.form.get("token", "").strip().encode("utf-8", "surrogateescape")
+        kept: bytes | None = None
+        expires: float | None = None
         if authenticator.enabled:
-            principal, _reason = authenticator.principal(token.encode("utf-8", "surrogateescape")) if token else (None, "")
+            found, _reason = authenticator.principal(token) if token else (None, "")
+            kept = token  # the session asks about it again on every request (validity.py)
+            expires = token_expiry(found, token) if found is not None else None
+            if expires is not None and expires <= time.time():
+                found = None  # expired, though within the verifier's clock-skew leeway: nothing to sign in for
         else:
-            principal = ANONYMOUS  # no auth configured: the console is as open as /mcp (loopback only)
-        if principal is None:
+            found = ANONYMOUS  # no auth configured: the console is as open as /mcp (loopback only)
+        if found is None:
             bridge.metrics.auth_failure("console_token_invalid")
             return _sign_in_page("That access token is not valid. Check it and try again."), 401
-        session = sessions.start(principal)
+        session = sessions.start(found, kept, expires)
         response = redirect(url_for("console.search"))
-        response.set_cookie(COOKIE, session.id, max_age=SESSION_SECONDS, httponly=True, samesite="Strict",
-                            secure=secure(), path="/ui")
+        response.set_cookie(COOKIE, session.id, max_age=max(1, int(session.expires - time.time())), httponly=True,
+                            samesite="Strict", secure=secure(), path="/ui")
         response.delete_cookie(PRE_COOKIE, path="/ui")
         return response
 
@@ -152,7 +207,7 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
         query = request.args.get("q", "").strip()
         collection = request.args.get("collection") or None
         results: list[dict[str, Any]] = []
-        if query and g.session.principal.can(READ):
+        if query and tools.usable(principal(), "kb_search"):
             arguments: dict[str, Any] = {"query": query, "top": 30}
             if collection:
                 arguments["collection"] = collection
@@ -178,6 +233,7 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
 
     @blueprint.post("/documents/<int:document_id>")
     def save(document_id: int) -> ResponseReturnValue:
+        tools.require(principal(), "kb_update_note")
         text = request.form.get("text", "")
         version = request.form.get("version", "")
         if not version.isdigit():
@@ -196,6 +252,7 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
 
     @blueprint.route("/documents/<int:document_id>/delete", methods=["GET", "POST"])
     def delete(document_id: int) -> ResponseReturnValue:
+        tools.require(principal(), "kb_delete")  # before anything is read: no confirmation page for nothing
         found = call("kb_get", {"document_id": document_id})["documents"][0]
         if request.method == "GET" or request.form.get("confirmed") != "yes":
             return render_template("delete.html", title="Delete a document", doc=found)
@@ -209,30 +266,24 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
 
     @blueprint.get("/jobs/<int:job_id>")
     def job(job_id: int) -> ResponseReturnValue:
-        found = _visible_job(job_id)
-        if request.accept_mimetypes.best == "application/json":
+        # kb_jobs is the tool that shows jobs: without it (or without kb:read) 403 before the job is looked up,
+        # so the answer says nothing of whether the job exists. A job out of reach is NOT_FOUND, word for word
+        # as a missing one.
+        tools.require(principal(), "kb_jobs")
+        with bridge.engine.deadline(bridge.settings.engine.call_deadline()):
+            found = reach.visible_job(bridge.engine, principal(), job_id)
+        if wants_json():
             return jsonify(found)
         return render_template("job.html", title=f"Job {job_id}", job=found)
-
-    def _visible_job(job_id: int) -> dict[str, Any]:
-        """A job the session may see: any for an unlimited token, else one whose document it sees (or its
-        own upload still under way, remembered in the session's uploads)."""
-        found = shapes.job(bridge.engine.get_job(job_id))
-        principal: Principal = g.session.principal
-        if principal.limited and isinstance(found["document_id"], int):
-            reach.visible_document(bridge.engine, principal, found["document_id"])
-        elif principal.limited and str(job_id) not in request.cookies.get("kb_console_jobs", "").split(","):
-            raise NotFound(f"job {job_id} not found")
-        return found
 
     # --- uploading -----------------------------------------------------------------------------------
 
     @blueprint.get("/upload")
     def upload_page() -> ResponseReturnValue:
-        names = [c["name"] for c in call("kb_collections", {})["collections"]] if g.session.principal.can(READ) else []
-        principal: Principal = g.session.principal
-        if principal.collections is not None:
-            names = sorted(principal.collections)
+        tools.require(principal(), *UPLOAD_TOOLS)
+        names = [c["name"] for c in call("kb_collections", {})["collections"]] if tools.usable(principal(), "kb_collections") else []
+        if principal().collections is not None:
+            names = sorted(principal().collections or ())
         elif collection_names.DEFAULT not in names:
             names = [collection_names.DEFAULT, *names]
         return render_template("upload.html", title="Upload", collections=names,
@@ -240,42 +291,44 @@ def console_blueprint(bridge: Bridge, authenticator: Authenticator) -> Blueprint
 
     @blueprint.post("/upload")
     def upload() -> ResponseReturnValue:
-        principal: Principal = g.session.principal
-        if not principal.can(WRITE):
-            raise Forbidden(f"this token lacks the {WRITE} scope")
+        tools.require(principal(), *UPLOAD_TOOLS)
         file = request.files.get("file")
-        collection = collection_names.check_name(request.form.get("collection", ""), field="collection")
-        reach.require_writable(principal, collection)
         if file is None or not file.filename:
             raise InvalidArgument("file", "choose a file to upload")
-        filename = safe_filename(file.filename)
-        limits = bridge.settings.uploads
-        check_type(filename, limits.extensions, "file")
         stream = file.stream
         stream.seek(0, 2)
         size = stream.tell()
-        if size > limits.max_bytes:
-            raise InvalidArgument("file", f"must be at most {limits.max_bytes} bytes")
-
-        def pieces() -> Iterator[bytes]:
+        if size == 0:
+            raise InvalidArgument("file", "is empty")
+        # The upload tools, as an agent runs them: the same checks (type, size, collection), the same staging,
+        # the same per-caller limits (KB_UPLOAD_MAX_PER_CALLER, KB_UPLOAD_MAX_STAGED_BYTES).
+        started = call("kb_upload_start", {"filename": file.filename, "total_size": size,
+                                           "collection": request.form.get("collection") or collection_names.DEFAULT})
+        upload_id = str(started["upload_id"])
+        try:
             stream.seek(0)
-            while piece := stream.read(1024 * 1024):
-                yield piece
+            for index, piece in enumerate(iter(lambda: stream.read(int(started["max_chunk_bytes"])), b"")):
+                call("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": index,
+                                         "data": base64.b64encode(piece).decode("ascii")})
+            finished = call("kb_upload_finish", {"upload_id": upload_id})
+        except BaseException:
+            _abandon(upload_id)
+            raise
+        sent = {"id": finished["job_id"], "status": finished["status"], "filename": finished["filename"]}
+        url = url_for("console.job", job_id=sent["id"]) if tools.usable(principal(), "kb_jobs") else None
+        if wants_json():
+            return jsonify(job=sent, url=url)
+        if url is not None:
+            return redirect(url)
+        return render_template("uploaded.html", title="Uploaded", job=sent)
 
-        tags = collection_names.tags_with_collection(collection, [])
-        fields = [("tags", tag) for tag in tags] + [("title", filename), ("source_path", f"uploads/{filename}")]
-        with bridge.engine.deadline(bridge.settings.engine.upload_timeout):
-            raw = bridge.engine.upload_file_job(file_job_body(filename, size, pieces, fields), secrets.token_hex(16))
-        job = shapes.job(raw)
-        mine = [j for j in request.cookies.get("kb_console_jobs", "").split(",") if j.isdigit()][-20:]
-        response: WerkzeugResponse
-        if request.accept_mimetypes.best == "application/json":
-            response = jsonify(job=job, url=url_for("console.job", job_id=job["id"]))
-        else:
-            response = redirect(url_for("console.job", job_id=job["id"]))
-        response.set_cookie("kb_console_jobs", ",".join([*mine, str(job["id"])]), httponly=True, samesite="Strict",
-                            secure=secure(), path="/ui")
-        return response
+    def _abandon(upload_id: str) -> None:
+        """Free the staged bytes and the caller's upload slot of a console upload that failed part way (the
+        person sends the file again; nobody resumes it)."""
+        try:
+            bridge.uploads.cancel(upload_id, principal().owner)
+        except KbError:
+            logger.warning("could not cancel the failed console upload %s; it expires with the upload TTL", upload_id)
 
     return blueprint
 

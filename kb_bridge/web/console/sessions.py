@@ -1,6 +1,12 @@
 """Server-side console sessions, shared by every worker: a random id in an HttpOnly cookie names a record
-that holds the principal and the session's CSRF token. Signing out deletes the record, so the old cookie
-opens nothing any more (revocable, unlike a signed cookie).
+that holds the principal, the session's CSRF token and the token it signed in with. Signing out deletes the
+record, so the old cookie opens nothing any more (revocable, unlike a signed cookie).
+
+The token is kept so that every request can ask the authenticator again (web/console/validity.py): a token
+removed from KB_MCP_TOKENS_FILE or an expired JWT ends its session at the next request. It is sealed
+(AES-GCM) with a key derived from the session id, which only the cookie holds: a record read from the
+directory or from Redis yields no usable token. A session lasts SESSION_SECONDS at most, and never past its
+token's expiry.
 
 Records live where the upload store lives: files in a directory beside the staged uploads (all workers on
 a host), or Redis when KB_UPLOAD_STORE is a Redis URL (all replicas). Record names are digests of the ids,
@@ -9,6 +15,8 @@ so a directory listing or a Redis scan reveals no usable cookie.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -17,6 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kb_bridge.auth.principal import Principal
 from kb_bridge.settings import Settings
@@ -30,12 +41,17 @@ class Session:
     principal: Principal
     csrf: str
     expires: float
+    sealed_token: str | None = None  # None: signed in without a token (a bridge without auth)
+
+    def token(self) -> bytes | None:
+        """The token the session signed in with, or None (none, or a record that does not open)."""
+        return _unseal(self.id, self.sealed_token) if self.sealed_token is not None else None
 
     def to_json(self) -> str:
         p = self.principal
         return json.dumps({"name": p.name, "scopes": sorted(p.scopes), "kind": p.kind,
                            "collections": sorted(p.collections) if p.collections is not None else None,
-                           "csrf": self.csrf, "expires": self.expires})
+                           "csrf": self.csrf, "expires": self.expires, "token": self.sealed_token})
 
     @classmethod
     def from_json(cls, session_id: str, raw: str | bytes) -> Session:
@@ -43,7 +59,30 @@ class Session:
         collections = data["collections"]
         principal = Principal(data["name"], scopes=frozenset(data["scopes"]), kind=data["kind"],
                               collections=frozenset(collections) if collections is not None else None)
-        return cls(session_id, principal, data["csrf"], float(data["expires"]))
+        sealed = data.get("token")
+        return cls(session_id, principal, data["csrf"], float(data["expires"]), sealed if isinstance(sealed, str) else None)
+
+
+_SEAL_LABEL = b"kb-bridge console token\0"
+_NONCE_BYTES = 12
+
+
+def _seal_key(session_id: str) -> bytes:
+    # Another digest of the id than the record's name (Sessions._key): the name does not give the key.
+    return hashlib.sha256(_SEAL_LABEL + session_id.encode("utf-8", "surrogateescape")).digest()
+
+
+def _seal(session_id: str, token: bytes) -> str:
+    nonce = secrets.token_bytes(_NONCE_BYTES)
+    return base64.urlsafe_b64encode(nonce + AESGCM(_seal_key(session_id)).encrypt(nonce, token, None)).decode("ascii")
+
+
+def _unseal(session_id: str, sealed: str) -> bytes | None:
+    try:
+        raw = base64.urlsafe_b64decode(sealed.encode("ascii"))
+        return AESGCM(_seal_key(session_id)).decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], None)
+    except (InvalidTag, ValueError, binascii.Error):
+        return None
 
 
 class SessionStore(Protocol):
@@ -118,9 +157,15 @@ class Sessions:
     def _key(session_id: str) -> str:
         return hashlib.sha256(session_id.encode("utf-8", "surrogateescape")).hexdigest()
 
-    def start(self, principal: Principal) -> Session:
-        session = Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32), self._clock() + SESSION_SECONDS)
-        self._store.put(self._key(session.id), session.to_json(), SESSION_SECONDS)
+    def start(self, principal: Principal, token: bytes | None, token_expires: float | None = None) -> Session:
+        """A new session for `principal`, signed in with `token`; it ends after SESSION_SECONDS or at
+        `token_expires` (a JWT's exp), whichever comes first."""
+        now = self._clock()
+        expires = now + SESSION_SECONDS if token_expires is None else min(now + SESSION_SECONDS, token_expires)
+        session_id = secrets.token_urlsafe(32)
+        sealed = _seal(session_id, token) if token is not None else None
+        session = Session(session_id, principal, secrets.token_urlsafe(32), expires, sealed)
+        self._store.put(self._key(session.id), session.to_json(), expires - now)
         return session
 
     def find(self, session_id: str | None) -> Session | None:

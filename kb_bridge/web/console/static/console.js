@@ -50,6 +50,11 @@ function sendUpload(event, form) {
       return;
     }
     bar.value = 100;
+    if (!reply.url) {
+      // The token may upload but not read jobs (kb_jobs needs kb:read): nothing to follow.
+      say(`Sent for indexing as job ${reply.job.id}; it becomes searchable once the job is done.`);
+      return;
+    }
     say(`Sent. Indexing (job ${reply.job.id})…`);
     watch(reply.url);
   });
@@ -60,8 +65,15 @@ function sendUpload(event, form) {
 }
 
 function watch(url) {
-  fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
-    .then((response) => response.json())
+  // redirect "manual": a session that ended answers with a redirect to sign-in, which must stop the polling.
+  fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin", redirect: "manual" })
+    .then((response) => {
+      if (response.ok) return response.json();
+      if (response.type === "opaqueredirect" || response.status === 401) throw new Stop("Signed out: sign in again to follow the job.");
+      if (response.status >= 500) throw new Error("the server or the engine failed: try again"); // passing
+      return response.json().then((reply) => { throw new Stop(`Cannot follow the job: ${reply.error || response.status}`); },
+                                  () => { throw new Stop(`Cannot follow the job: ${response.status}`); });
+    })
     .then((job) => {
       if (job.status === "done") {
         say("Indexed and searchable:", { href: `/ui/documents/${job.document_id}`, text: job.filename || `document ${job.document_id}` });
@@ -72,5 +84,10 @@ function watch(url) {
         setTimeout(() => watch(url), 500);
       }
     })
-    .catch(() => setTimeout(() => watch(url), 1000));
+    .catch((error) => {
+      if (error instanceof Stop) say(error.message);
+      else setTimeout(() => watch(url), 1000); // the connection broke, or a passing failure: try again
+    });
 }
+
+class Stop extends Error {}
