@@ -1,5 +1,5 @@
-"""Export and import records (kb_bridge/cli/transfer.py) against a faked engine: the record's fields, and a
-file stored before the engine kept originals travelling as its text."""
+"""Export and import records (kb_bridge/cli/transfer.py, import_records.py) against a faked engine: the record's
+fields, a file stored before the engine kept originals travelling as its text, and the key import derives."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import responses
 
-from kb_bridge.cli.transfer import _checked, _records
+from kb_bridge.cli.import_records import check_record
+from kb_bridge.cli.transfer import _records
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.settings import EngineSettings
@@ -29,14 +30,34 @@ def test_a_file_without_its_original_is_exported_with_its_text_and_imported_as_a
     [record] = list(_records(client, None))
     assert record["collection"] == "documents" and record["tags"] == ["q3"] and record["version"] == 2
     assert record["filename"] == "old.pdf" and record["original_base64"] is None and record["text"] == "Quarterly figures."
-    checked = _checked(json.loads(json.dumps(record)))
-    assert checked["doc_type"] == "note"
+    checked = check_record(json.loads(json.dumps(record)))
+    assert checked.is_note and checked.text == "Quarterly figures."
 
 
 def test_records_are_checked_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="collection"):
-        _checked({"doc_type": "note", "text": "x", "collection": "Bad Name"})
+        check_record({"doc_type": "note", "text": "x", "collection": "Bad Name"})
     with pytest.raises(InvalidArgument, match="original_base64"):
-        _checked({"doc_type": "pdf", "original_base64": "!!!", "filename": "a.pdf"})
+        check_record({"doc_type": "pdf", "original_base64": "!!!", "filename": "a.pdf"})
     with pytest.raises(InvalidArgument, match="reserved"):
-        _checked({"doc_type": "note", "text": "x", "tags": ["collection:other"]})
+        check_record({"doc_type": "note", "text": "x", "tags": ["collection:other"]})
+
+
+def test_fields_of_the_wrong_type_are_named() -> None:
+    with pytest.raises(InvalidArgument, match="^collection: must be a string, not a number"):
+        check_record({"doc_type": "note", "text": "x", "collection": 7})
+    with pytest.raises(InvalidArgument, match="^original_base64: must be a string"):
+        check_record({"doc_type": "pdf", "original_base64": 12345, "filename": "a.pdf"})
+    with pytest.raises(InvalidArgument, match="^tags: must be a list of strings"):
+        check_record({"doc_type": "note", "text": "x", "tags": 0})
+    with pytest.raises(InvalidArgument, match="^title: is not valid Unicode"):
+        check_record({"doc_type": "note", "text": "x", "title": "\ud800"})
+
+
+def test_the_key_is_the_records_own() -> None:
+    record = {"id": 3, "collection": "documents", "doc_type": "note", "text": "Curlews call at dusk.", "tags": []}
+    key = check_record(dict(record)).key
+    assert key == check_record(json.loads(json.dumps(record, indent=1))).key  # the same record, written otherwise
+    assert key != check_record({**record, "id": 4}).key  # another document with the same text
+    assert key != check_record({**record, "title": "Curlews"}).key
+    assert len(key) <= 255 and key.startswith("kb-import-")

@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         "ingest", help="load files and folders into the knowledge base (skips unchanged files, replaces changed ones)",
         description="Upload every supported file under PATH to the engine (KB_ENGINE_URL, KB_API_KEY) as a bulk "
                     "job, wait until each is indexed, and print what was added, updated, skipped or failed. "
-                    "A rerun skips what is already stored and continues an interrupted run.",
+                    "A rerun skips what is already stored and continues an interrupted run. Symbolic links "
+                    "are followed only when they point inside the paths given; others are skipped and reported.",
         epilog="Exit status: 0 all files added, updated or skipped; 1 a file failed or the engine was "
                "unreachable; 2 a usage or configuration error; 130 interrupted (Ctrl-C).")
     from kb_bridge.cli.ingest import add_arguments
@@ -62,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Copy documents, chunks, vectors (no re-embedding), tags and versions from a local engine's "
                     "SQLite data directory into a PostgreSQL database for KB_ENGINE_DATABASE_URL. Resumable and "
                     "idempotent: a rerun copies only what is missing. Counts are compared at the end.",
-        epilog="Exit status: 0 copied and the counts match; 1 counts differ or the database was unreachable; "
-               "2 usage error; 130 interrupted (run it again to continue).")
+        epilog="Exit status: 0 copied and the counts match; 1 a document was skipped (named on stderr), counts "
+               "differ or the database failed; 2 usage error (a bad --to URL, a --from-sqlite that is not a sound "
+               "engine store); 130 interrupted (run it again to continue).")
     from kb_bridge.cli.migrate import add_arguments as add_migrate_arguments
 
     add_migrate_arguments(migrate)

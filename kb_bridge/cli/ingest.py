@@ -12,6 +12,8 @@ from any working directory, and a rerun recognises what it loaded before:
   after Ctrl-C or a lost connection gets the job already queued instead of a second document.
 
 Hidden files and folders (a name starting with '.') are left out unless named on the command line.
+Symbolic links are followed only inside the paths given; the others are skipped and reported in the
+summary (ingest_files.py says which and why).
 Progress goes to stderr (a bar on a terminal, a line every few seconds otherwise); the summary to stdout.
 The exit code is 0 when every file was added, updated or skipped, 1 when any failed, 2 on a usage or
 configuration error, 130 after Ctrl-C.
@@ -21,17 +23,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import fnmatch
 import hashlib
 import json
+import os
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from kb_bridge import collections
+from kb_bridge.cli.ingest_files import Candidate, SkippedLink, find_files
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, InvalidArgument, KbError
 from kb_bridge.uploads.multipart import file_job_body
@@ -39,15 +42,6 @@ from kb_bridge.uploads.multipart import file_job_body
 BLOCK = 1024 * 1024
 POLL_SECONDS = 0.5
 IDEMPOTENCY_PREFIX = "kb-ingest-"
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """A file to ingest."""
-
-    path: Path
-    source_path: str
-    size: int
 
 
 @dataclasses.dataclass
@@ -65,53 +59,24 @@ class _Pending:
     replaces: list[int]
 
 
-# --- finding files -----------------------------------------------------------------------------------------
+# --- reading files ------------------------------------------------------------------------------------------
 
 
-def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[str]) -> tuple[list[Candidate], list[str]]:
-    """(the files to ingest, in a stable order; the paths left out for their type). A folder is walked
-    below it; `pattern` (fnmatch, on the path below the folder and on the name) narrows what is taken."""
-    allowed = {f".{extension.lower().lstrip('.')}" for extension in extensions}
-    found: dict[str, Candidate] = {}
-    ignored: list[str] = []
-    for root in paths:
-        if not root.exists():
-            raise InvalidArgument("PATH", f"{root} does not exist")
-        if root.is_file():
-            entries: Iterator[tuple[Path, str]] = iter([(root, root.name)])
-        else:
-            entries = _walk(root)
-        for path, source_path in entries:
-            relative = source_path.split("/", 1)[-1]
-            if pattern and not (fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(path.name, pattern)):
-                continue
-            if path.suffix.lower() not in allowed:
-                ignored.append(source_path)
-                continue
-            found.setdefault(source_path, Candidate(path, source_path, path.stat().st_size))
-    return list(found.values()), ignored
-
-
-def _walk(root: Path) -> Iterator[tuple[Path, str]]:
-    base = root.resolve()
-    name = base.name or "root"
-    for path in sorted(base.rglob("*")):
-        relative = path.relative_to(base)
-        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
-            continue
-        yield path, f"{name}/{relative.as_posix()}"
+def _open(path: Path) -> BinaryIO:
+    # The walk found a regular file at this real path: refuse a link put in its place since (O_NOFOLLOW).
+    return os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb")
 
 
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with _open(path) as handle:
         while block := handle.read(BLOCK):
             digest.update(block)
     return digest.hexdigest()
 
 
 def _blocks(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
+    with _open(path) as handle:
         while block := handle.read(BLOCK):
             yield block
 
@@ -289,12 +254,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def summary(outcomes: Sequence[Outcome], ignored: Sequence[str], interrupted: int) -> dict[str, Any]:
+def summary(outcomes: Sequence[Outcome], ignored: Sequence[str], interrupted: int,
+            links: Sequence[SkippedLink] = ()) -> dict[str, Any]:
     counts = {status: sum(1 for o in outcomes if o.status == status) for status in ("added", "updated", "skipped", "failed")}
     return {
         **counts,
         "failures": [{"source_path": o.source_path, "reason": o.reason} for o in outcomes if o.status == "failed"],
         "unsupported": list(ignored),
+        "links_skipped": [{"path": link.path, "reason": link.reason} for link in links],
         "interrupted": interrupted,
     }
 
@@ -307,6 +274,8 @@ def print_summary(report: dict[str, Any], stream: TextIO) -> None:
     if report["unsupported"]:
         print(f"  {len(report['unsupported'])} file(s) of unsupported types left out (KB_UPLOAD_EXTENSIONS)",
               file=stream)
+    for link in report["links_skipped"]:
+        print(f"  skipped link: {link['path']}: {link['reason']}", file=stream)
     if report["interrupted"]:
         print(f"interrupted: {report['interrupted']} file(s) not finished (uploaded ones stay queued in the "
               "engine); run the same command again to continue", file=stream)
@@ -318,13 +287,16 @@ def run_ingest(args: argparse.Namespace, client: EngineClient, extensions: Seque
     try:
         collections.check_name(args.collection, "--collection")
         collections.check_user_tags(tags, "--tags")
-        candidates, ignored = find_files(args.paths, args.glob, extensions)
+        found = find_files(args.paths, args.glob, extensions)
     except InvalidArgument as exc:
         print(f"kb-bridge ingest: {exc.message}", file=stderr)
         return 2
+    candidates, ignored = found.candidates, found.unsupported
     if not candidates:
         print(f"kb-bridge ingest: no supported files found (types: {', '.join(extensions)})", file=stderr)
-        return 1 if ignored else 2
+        for link in found.links:
+            print(f"  skipped link: {link.path}: {link.reason}", file=stderr)
+        return 1 if ignored or found.links else 2
     progress = Progress(stderr, len(candidates), sum(c.size for c in candidates), bar=stderr.isatty())
     ingestion = Ingestion(client, args.collection, tags, progress)
     code = 0
@@ -337,7 +309,7 @@ def run_ingest(args: argparse.Namespace, client: EngineClient, extensions: Seque
         progress.close()
         print(f"kb-bridge ingest: {exc.message}", file=stderr)
         code = 1
-    report = summary(ingestion.outcomes, ignored, len(candidates) - len(ingestion.outcomes))
+    report = summary(ingestion.outcomes, ignored, len(candidates) - len(ingestion.outcomes), found.links)
     if args.json:
         print(json.dumps(report, indent=2), file=stdout)
     else:

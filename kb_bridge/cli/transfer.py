@@ -8,24 +8,26 @@ text; for a file the text the engine extracted, for reading) and, for a file, `f
 import brings back as a note of its text). The export is written to a temporary file and renamed at the end,
 so an interrupted export never leaves a half file under the name.
 
-Import queues each record as a note or an upload and waits for the jobs. It is idempotent: a record whose
-content (sha256) is already stored in its collection is skipped, so running it twice adds nothing the second
-time. Ids and versions are the new engine's own (a document starts again at version 1); titles, tags,
-collections, source paths and contents are kept, so the same searches find the same documents.
+Import reads the file one line at a time (memory does not grow with the file), queues each record as a
+note or an upload, and waits for the jobs. A line that is not JSON or a record that is not valid is reported
+by its line number and skipped; the rest import (exit status 1 says not everything did). A record whose
+content (sha256) is already stored in its collection is skipped. Every job carries an Idempotency-Key
+derived from its record (import_records.py), so a rerun of the same file, after Ctrl-C or a failure, gets
+an earlier run's job back instead of a second document, whatever state that job is in. Ids and versions are
+the new engine's own (a document starts again at version 1); titles, tags, collections, source paths and
+contents are kept, so the same searches find the same documents.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import binascii
 import dataclasses
 import hashlib
 import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,9 @@ from typing import Any
 from tqdm import tqdm
 
 from kb_bridge import collections, shapes
+from kb_bridge.cli.import_records import Record, read_records
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import InvalidArgument, KbError, NotFound
+from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, InvalidArgument, KbError, NotFound
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
@@ -51,8 +54,12 @@ def add_arguments(commands: Any) -> None:
     importing = commands.add_parser("import", help="add the documents of a JSONL export to the knowledge base (idempotent)",
                                     description="Queue every record of an export as a note or an upload and wait "
                                                 "until each is indexed. Records already stored (same content in "
-                                                "the same collection) are skipped: a second run adds nothing.",
-                                    epilog="Exit status: 0 every record added or skipped; 1 a record failed; 2 usage error.")
+                                                "the same collection) are skipped, and each job's Idempotency-Key "
+                                                "comes from its record: a rerun, even after Ctrl-C, never adds a "
+                                                "record twice. Invalid lines are reported by number and skipped.",
+                                    epilog="Exit status: 0 every record added or skipped; 1 a record was invalid or "
+                                           "failed (the others were imported), or the engine was unreachable; "
+                                           "2 usage error; 130 interrupted (run it again to finish).")
     importing.add_argument("file", metavar="FILE.jsonl", type=Path)
     importing.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -64,7 +71,9 @@ def _client(settings: Settings) -> EngineClient:
 
 
 def _bar(total: int | None, unit: str, description: str) -> tqdm[Any]:
-    return tqdm(total=total, unit=unit, desc=description, file=sys.stderr, disable=None, mininterval=0.5)
+    scale = unit == "B"
+    return tqdm(total=total, unit=unit, desc=description, file=sys.stderr, disable=None, mininterval=0.5,
+                unit_scale=scale, unit_divisor=1024 if scale else 1000)
 
 
 # --- export -------------------------------------------------------------------------------------------
@@ -172,6 +181,11 @@ def _filename(document: dict[str, Any]) -> str:
 
 # --- import -------------------------------------------------------------------------------------------
 
+# A rerun after an earlier run's job failed (or its document was deleted since) tries again under a key
+# derived from that job, so the next rerun finds that try in turn. A record whose job failed in this many
+# runs is reported, not tried again, until the engine forgets its keys (24 h).
+MAX_TRIES = 8
+
 
 @dataclasses.dataclass
 class ImportReport:
@@ -179,29 +193,27 @@ class ImportReport:
     skipped: int = 0
     failed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
+    def fail(self, line: int, reason: str) -> None:
+        self.failed.append({"line": line, "reason": reason})
+
     def as_dict(self) -> dict[str, Any]:
-        return {"added": self.added, "skipped": self.skipped, "failed": self.failed}
+        return {"added": self.added, "skipped": self.skipped,
+                "failed": sorted(self.failed, key=lambda failure: int(failure["line"]))}
 
 
 def run_import(args: argparse.Namespace, settings: Settings) -> int:
     client = _client(settings)
     report = ImportReport()
     try:
-        records = list(_read_records(args.file, report))
+        size = _size(args.file)
         stored = _stored_contents(client)
         pending: dict[int, int] = {}  # job id -> line
-        with _bar(len(records), "doc", "import") as bar:
-            for line, record in records:
-                key = (record["sha256"], record["collection"])
-                if key in stored:
-                    report.skipped += 1
-                else:
-                    try:
-                        pending[_queue(client, record)] = line
-                        stored.add(key)  # a file listed twice is added once
-                    except KbError as exc:
-                        report.failed.append({"line": line, "reason": f"{exc.code}: {exc.message}"})
-                bar.update(1)
+        with _bar(size, "B", "import") as bar:
+            for record in read_records(args.file, report.fail, bar.update):
+                _send(client, record, stored, pending, report)
+                del record  # its bytes go before the next line is read
+        print(f"kb-bridge import: {len(pending)} record(s) in the engine's queue; waiting until they are indexed",
+              file=sys.stderr, flush=True)
         _wait(client, pending, report)
     except InvalidArgument as exc:
         print(f"kb-bridge import: {exc.message}", file=sys.stderr)
@@ -209,66 +221,27 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
     except KbError as exc:
         print(f"kb-bridge import: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("kb-bridge import: interrupted; what was sent stays queued in the engine: run the same command "
+              "again to finish (it adds no record twice)", file=sys.stderr)
+        return 130
     finally:
         client.close()
+    summary = report.as_dict()
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps(summary))
     else:
         print(f"Imported {report.added}, skipped {report.skipped} already stored, failed {len(report.failed)}.")
-        for failure in report.failed:
+        for failure in summary["failed"]:
             print(f"  line {failure['line']}: {failure['reason']}")
     return 1 if report.failed else 0
 
 
-def _read_records(path: Path, report: ImportReport) -> Iterator[tuple[int, dict[str, Any]]]:
+def _size(path: Path) -> int:
     try:
-        handle = open(path, encoding="utf-8")
+        return path.stat().st_size
     except OSError as exc:
         raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
-    with handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                yield line, _checked(json.loads(text))
-            except (ValueError, InvalidArgument) as exc:
-                reason = exc.message if isinstance(exc, InvalidArgument) else f"not JSON ({exc})"
-                report.failed.append({"line": line, "reason": reason})
-
-
-def _checked(record: Any) -> dict[str, Any]:
-    """A record with the fields import needs, valid; InvalidArgument naming the first that is not."""
-    if not isinstance(record, dict):
-        raise InvalidArgument("record", "must be a JSON object")
-    collection = record.get("collection")
-    if collection is not None:
-        collections.check_name(collection, field="collection")
-    tags = record.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise InvalidArgument("tags", "must be a list of strings")
-    collections.check_user_tags(tags)
-    for key in ("title", "source_path"):
-        if record.get(key) is not None and not isinstance(record[key], str):
-            raise InvalidArgument(key, "must be a string")
-    if record.get("doc_type") != "note" and record.get("original_base64") is None and record.get("text"):
-        record["doc_type"] = "note"  # a file exported without its bytes comes back as a note of its text
-    if record.get("doc_type") == "note":
-        if not isinstance(record.get("text"), str) or not record["text"]:
-            raise InvalidArgument("text", "a note needs its text")
-        data = record["text"].encode("utf-8")
-    else:
-        try:
-            data = base64.b64decode(record.get("original_base64") or "", validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgument("original_base64", "is not base64") from None
-        if not data:
-            raise InvalidArgument("original_base64", "a file needs its bytes")
-        if not isinstance(record.get("filename"), str) or not record["filename"]:
-            raise InvalidArgument("filename", "a file needs its file name")
-        record["_bytes"] = data
-    # The content's digest, as the engine keeps it: what says "already stored".
-    record["sha256"] = hashlib.sha256(data).hexdigest()
-    return record
 
 
 def _stored_contents(client: EngineClient) -> set[tuple[str, str | None]]:
@@ -281,20 +254,67 @@ def _stored_contents(client: EngineClient) -> set[tuple[str, str | None]]:
     }
 
 
-def _queue(client: EngineClient, record: dict[str, Any]) -> int:
-    tags = collections.tags_with_collection(record.get("collection"), record.get("tags") or [])
-    key = str(uuid.uuid4())
-    if record.get("doc_type") == "note":
-        body: dict[str, Any] = {"text": record["text"], "tags": tags, "priority": "bulk"}
+def _send(client: EngineClient, record: Record, stored: set[tuple[str, str | None]], pending: dict[int, int],
+          report: ImportReport) -> None:
+    """Queue one record, unless its content is already stored in its collection."""
+    content = (record.sha256, record.collection)
+    if content in stored:
+        report.skipped += 1
+        return
+    try:
+        job_id = _submit(client, record)
+    except (EngineUnavailable, EngineAuthFailed):
+        raise  # nothing else will get through either
+    except KbError as exc:
+        report.fail(record.line, f"{exc.code}: {exc.message}")
+        return
+    stored.add(content)  # a record listed twice is added once
+    if job_id is None:
+        report.skipped += 1
+    else:
+        pending[job_id] = record.line
+
+
+def _submit(client: EngineClient, record: Record) -> int | None:
+    """The job to wait for, or None when an earlier run already stored the record.
+
+    The record's key makes the engine answer an earlier run's job rather than queue a second one: queued
+    or running, it is waited for; done, the record is stored. A job is never finished when the engine first
+    answers it, so a finished answer is always an earlier run's. Failed (it made no document), or done but
+    its document deleted since, the record is queued again under a key derived from that job.
+    """
+    key = record.key
+    for _ in range(MAX_TRIES):
+        job = shapes.job(_post(client, record, key))
+        if job["status"] == "failed" or (job["status"] == "done" and _deleted(client, job["document_id"])):
+            key = f"{record.key}-after-{job['id']}"
+            continue
+        return None if job["status"] == "done" else int(job["id"])
+    return int(job["id"])  # the last try: reported as it ended
+
+
+def _post(client: EngineClient, record: Record, key: str) -> dict[str, Any]:
+    tags = collections.tags_with_collection(record.collection, record.tags)
+    if record.data is None:
+        body: dict[str, Any] = {"text": record.text, "tags": tags, "priority": "bulk"}
         for field in ("title", "source_path"):
-            if record.get(field):
-                body[field] = record[field]
-        return int(shapes.job(client.create_note_job(body, idempotency_key=key))["id"])
-    data: bytes = record["_bytes"]
+            if getattr(record, field):
+                body[field] = getattr(record, field)
+        return client.create_note_job(body, idempotency_key=key)
+    data = record.data
     fields = [("tags", json.dumps(tags)), ("priority", "bulk")]
-    fields += [(name, record[name]) for name in ("title", "source_path") if record.get(name)]
-    body_fn = file_job_body(record["filename"], len(data), lambda: iter([data]), fields)
-    return int(shapes.job(client.upload_file_job(body_fn, key))["id"])
+    fields += [(name, value) for name, value in (("title", record.title), ("source_path", record.source_path)) if value]
+    return client.upload_file_job(file_job_body(record.filename or "", len(data), lambda: iter([data]), fields), key)
+
+
+def _deleted(client: EngineClient, document_id: int | None) -> bool:
+    if document_id is None:
+        return True
+    try:
+        client.get_document(document_id)
+    except NotFound:
+        return True
+    return False
 
 
 def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport) -> None:
@@ -308,7 +328,7 @@ def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport) -
                 if job["status"] == "done":
                     report.added += 1
                 elif job["status"] == "failed":
-                    report.failed.append({"line": pending[job_id], "reason": f"job {job_id} failed: {job['error']}"})
+                    report.fail(pending[job_id], f"job {job_id} failed: {job['error']}")
                 else:
                     continue
                 del pending[job_id]
@@ -317,5 +337,5 @@ def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport) -
                 time.sleep(delay)  # polling the engine's queue; bounded by the deadline
                 delay = min(delay * 2, 1.0)
     for job_id, line in pending.items():
-        report.failed.append({"line": line, "reason": f"job {job_id} was not done within {WAIT_SECONDS:.0f} s; "
-                                                      "run the import again once the engine has caught up"})
+        report.fail(line, f"job {job_id} was not done within {WAIT_SECONDS:.0f} s; "
+                          "run the import again once the engine has caught up")

@@ -160,3 +160,38 @@ def test_an_unreachable_engine_is_a_clear_failure(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "unreachable" in result.stderr and "Traceback" not in result.stderr
     assert os.path.exists(tmp_path / "a.txt")
+
+
+def test_links_out_of_the_folder_are_skipped_and_reported_and_links_inside_followed_once(
+        engine: Service, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "private").mkdir(parents=True)
+    (outside / "credentials.txt").write_text("aws_secret_access_key = pelicansecret0123456789")
+    (outside / "private" / "keys.md").write_text("the heronprivate key material")
+    folder = tmp_path / "linked"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "docs" / "real.md").write_text("The real note about spoonbills.")
+    (folder / "creds.txt").symlink_to(outside / "credentials.txt")  # a file outside
+    (folder / "private").symlink_to(outside / "private", target_is_directory=True)  # a folder outside
+    (folder / "loop.md").symlink_to(folder / "loop.md")  # a link to itself
+    (folder / "docs" / "again").symlink_to(folder, target_is_directory=True)  # a cycle back to the root
+    (folder / "alias.md").symlink_to(folder / "docs" / "real.md")  # a file inside: loaded once, as its target
+
+    code, report = ingest_json(engine, str(folder), "--collection", "linked")
+    assert code == 0, report
+    assert (report["added"], report["failed"]) == (1, 0)
+    skipped = {link["path"]: link["reason"] for link in report["links_skipped"]}
+    assert set(skipped) == {"linked/creds.txt", "linked/private", "linked/loop.md"}, skipped
+    assert "outside" in skipped["linked/creds.txt"] and "outside" in skipped["linked/private"]
+    assert "loop" in skipped["linked/loop.md"]
+    assert [doc["source_path"] for doc in documents(engine, "linked")] == ["linked/docs/real.md"]
+    assert not search(engine, "pelicansecret0123456789", "linked") and not search(engine, "heronprivate", "linked")
+
+    # A root that is itself a link counts as the folder it points to: same source paths, nothing new.
+    via_link = tmp_path / "shortcut"
+    via_link.symlink_to(folder, target_is_directory=True)
+    plain = ingest(engine, str(via_link), "--collection", "linked")
+    assert plain.returncode == 0, plain.stderr
+    assert "added 0, updated 0, skipped 1 (unchanged), failed 0" in plain.stdout
+    assert "skipped link: linked/creds.txt: points outside the folders given" in plain.stdout
+    assert len(documents(engine, "linked")) == 1

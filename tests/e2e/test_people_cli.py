@@ -5,8 +5,10 @@ a backup taken while the engine serves writes, restored into a new engine."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -199,3 +201,203 @@ def test_a_backup_taken_while_the_engine_serves_writes(engine: Service, tmp_path
     assert not_empty.returncode == 2 and "not empty" in not_empty.stderr
     nothing = kb(engine, "backup", str(tmp_path / "other"), "--data", str(tmp_path / "no-engine-here"))
     assert nothing.returncode == 2 and "no local engine database" in nothing.stderr
+
+
+# --- import: bad records, reruns after Ctrl-C, memory ---------------------------------------------------------
+
+
+def note_record(collection: str, number: int, text: str) -> dict[str, Any]:
+    """A note as `kb-bridge export` writes it."""
+    return {"id": number, "collection": collection, "title": f"note {number}", "tags": ["import"], "version": 1,
+            "source_path": None, "doc_type": "note", "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z", "sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
+
+
+def file_record(collection: str, number: int, data: bytes, text: str) -> dict[str, Any]:
+    """An HTML file as `kb-bridge export` writes it, its bytes in base64."""
+    return {"id": number, "collection": collection, "title": f"page{number}.html", "tags": [], "version": 1,
+            "source_path": f"pages/page{number}.html", "doc_type": "html", "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z", "sha256": hashlib.sha256(data).hexdigest(), "text": text,
+            "filename": f"page{number}.html", "content_type": "text/html",
+            "original_base64": base64.b64encode(data).decode("ascii")}
+
+
+def test_bad_records_are_reported_by_line_and_skipped_and_the_rest_imported(engine: Service, tmp_path: Path) -> None:
+    collection = f"bad-records-{SUFFIX}"
+    good = [note_record(collection, n, f"Sandwich terns dive for sand eels, record {n} {SUFFIX}.") for n in (1, 7)]
+    lines = [
+        json.dumps(good[0]),
+        json.dumps({**note_record(collection, 2, "two"), "collection": 7}),  # a number where a string belongs
+        "this line is not JSON",
+        json.dumps({k: v for k, v in note_record(collection, 4, "four").items() if k != "text"}),  # no text
+        json.dumps({**file_record(collection, 5, b"<p>x</p>", "x"), "original_base64": 12345}),
+        json.dumps({**note_record(collection, 6, "six"), "title": ["not", "a", "string"]}),
+        json.dumps(good[1]),
+    ]
+    export_file = tmp_path / "bad.jsonl"
+    export_file.write_text("\n".join(lines) + "\n")
+
+    imported = kb(engine, "import", str(export_file), "--json")
+    assert "Traceback" not in imported.stderr, imported.stderr
+    report = json.loads(imported.stdout)
+    assert imported.returncode == 1  # not everything was imported
+    assert report["added"] == 2 and report["skipped"] == 0
+    reasons = {failure["line"]: failure["reason"] for failure in report["failed"]}
+    assert set(reasons) == {2, 3, 4, 5, 6}, reasons
+    assert reasons[2].startswith("collection:") and "not JSON" in reasons[3] and reasons[4].startswith("text:")
+    assert reasons[5].startswith("original_base64:") and reasons[6].startswith("title:")
+    stored = engine_get(engine, "/documents", tag=f"collection:{collection}")["documents"]
+    assert sorted(doc["title"] for doc in stored) == ["note 1", "note 7"]
+
+    plain = kb(engine, "import", str(export_file))
+    assert plain.returncode == 1 and "Imported 0, skipped 2 already stored, failed 5." in plain.stdout
+    assert "  line 2: collection: must be a string" in plain.stdout
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """An engine that embeds one chunk per model call with one copy of the model. Its worker claims bulk
+    jobs only while fewer than 2 windows of 32 calls (64 chunks) wait for the model, so a backlog of a few
+    hundred chunks keeps the jobs queued after it waiting for a while (about 30 s on 2 busy cores)."""
+    tmp = tmp_path_factory.mktemp("one-at-a-time-engine")
+    service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBED_BATCH": "1",
+                                                   "KB_ENGINE_EMBED_WORKERS": "1"})
+    yield service
+    service.stop()
+
+
+def test_a_rerun_after_ctrl_c_while_the_jobs_are_queued_adds_each_record_once(
+        one_at_a_time_engine: Service, tmp_path: Path) -> None:
+    engine = one_at_a_time_engine
+    collection = f"rerun-{SUFFIX}"
+    records = [note_record(collection, n, f"Oystercatchers probe the mud, field note {n} {SUFFIX}.") for n in range(12)]
+    records += [file_record(collection, n, f"<h1>Page {n}</h1><p>Redshank counts {n} {SUFFIX}</p>".encode(), "")
+                for n in (100, 101)]
+    export_file = tmp_path / "rerun.jsonl"
+    export_file.write_text("".join(json.dumps(record) + "\n" for record in records))
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY})
+    command = [sys.executable, "-m", "kb_bridge", "import", str(export_file)]
+
+    # A real backlog: one large bulk note (about 450 chunks) queued first. The worker takes the oldest bulk job
+    # first and claims no more while its chunks wait for the model, so the import's jobs wait behind it.
+    backlog = " ".join(f"Backlog paragraph {n}: waders feed on the mudflats at low tide." for n in range(6_000))
+    blocker = requests.post(engine.url + "/api/v1/jobs", headers=HEADERS, timeout=60, json={
+        "text": backlog, "tags": [f"collection:backlog-{SUFFIX}"], "priority": "bulk"}).json()
+    wait_until(lambda: engine_get(engine, f"/jobs/{blocker['id']}")["status"] == "running", 60, what="the backlog")
+    queued_before = engine_get(engine, "/status")["queue"]["queued"]
+
+    first = subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: engine_get(engine, "/status")["queue"]["queued"] >= queued_before + len(records), 120,
+               what="the import's jobs queued")
+    first.send_signal(signal.SIGINT)
+    _, first_err = first.communicate(timeout=60)
+
+    rerun = subprocess.Popen([*command, "--json"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert rerun.stderr is not None
+    for line in rerun.stderr:  # the rerun says when it has sent every record
+        if "waiting until" in line:
+            break
+    stored_when_sent_again = len(documents_in(engine, collection))
+    rerun_out, rerun_err = rerun.communicate(timeout=900)
+
+    stored = documents_in(engine, collection)
+    assert sorted(doc["title"] for doc in stored) == sorted(record["title"] for record in records)  # once each
+    # The rerun ran while the first run's jobs were still waiting (else a document of each would be stored).
+    assert stored_when_sent_again < len(records)
+    assert first.returncode == 130 and "Traceback" not in first_err, first_err
+    assert "run the same command again" in first_err
+    assert rerun.returncode == 0, rerun_err
+    report = json.loads(rerun_out)
+    assert report["added"] + report["skipped"] == len(records) and report["failed"] == []
+    again = kb(engine, "import", str(export_file), "--json")
+    assert json.loads(again.stdout) == {"added": 0, "skipped": len(records), "failed": []}
+
+
+def test_a_rerun_retries_a_failed_record_and_brings_back_a_deleted_one(engine: Service, tmp_path: Path) -> None:
+    collection = f"rerun-failed-{SUFFIX}"
+    broken = {**file_record(collection, 1, b"%PDF-1.4 not really a pdf", ""), "doc_type": "pdf",
+              "filename": "broken.pdf", "title": "broken.pdf"}
+    note = note_record(collection, 2, f"Whimbrels pass through in May {SUFFIX}.")
+    export_file = tmp_path / "retry.jsonl"
+    export_file.write_text(json.dumps(broken) + "\n" + json.dumps(note) + "\n")
+
+    first = json.loads(kb(engine, "import", str(export_file), "--json").stdout)
+    assert first["added"] == 1 and [f["line"] for f in first["failed"]] == [1]
+    # Within the engine's 24 h the record's key answers its failed job; the rerun tries it again as a new job.
+    second = json.loads(kb(engine, "import", str(export_file), "--json").stdout)
+    assert second["skipped"] == 1 and [f["line"] for f in second["failed"]] == [1]
+    assert first["failed"][0]["reason"] != second["failed"][0]["reason"]  # "job N failed": another job
+    [stored] = documents_in(engine, collection)
+    assert kb(engine, "delete", str(stored["id"])).returncode == 0
+    third = json.loads(kb(engine, "import", str(export_file), "--json").stdout)
+    assert third["added"] == 1  # the key's job is done, but its document is gone: stored again
+    assert [doc["title"] for doc in documents_in(engine, collection)] == ["note 2"]
+
+
+def documents_in(engine: Service, collection: str) -> list[dict[str, Any]]:
+    return list(engine_get(engine, "/documents", tag=f"collection:{collection}", limit=500)["documents"])
+
+
+MiB = 1024 * 1024
+
+
+# Starts the command and prints its exit status and peak RSS (KiB). A child's ru_maxrss is never below the
+# resident size of the process that started it (Linux carries the old image's high-water mark across exec),
+# so the command is started from this small launcher, not from pytest (hundreds of MiB).
+LAUNCHER = """
+import os, subprocess, sys
+out, err, *command = sys.argv[1:]
+with open(out, "w") as stdout, open(err, "w") as stderr:
+    child = subprocess.Popen(command, stdout=stdout, stderr=stderr)
+    _, status, usage = os.wait4(child.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def peak_rss_of_import(engine: Service, export_file: Path, tmp_path: Path) -> int:
+    """The peak resident memory in bytes of `kb-bridge import FILE`, run as a user runs it."""
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY})
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    launched = subprocess.run([sys.executable, "-c", LAUNCHER, str(out), str(err), sys.executable, "-m", "kb_bridge",
+                               "import", str(export_file)], env=env, cwd=REPO, capture_output=True, text=True,
+                              timeout=900)
+    assert launched.returncode == 0, launched.stderr
+    code, peak_kib = (int(field) for field in launched.stdout.split())
+    assert code == 0, err.read_text()
+    assert "Imported" in out.read_text()
+    return peak_kib * 1024
+
+
+def write_pages(path: Path, collection: str, first: int, count: int, size: int) -> None:
+    """`count` HTML pages of `size` bytes each: one line of visible text, the rest an HTML comment (so the
+    engine stores the whole file and indexes one short chunk)."""
+    with open(path, "w") as out:
+        for number in range(first, first + count):
+            head = f"<html><body><p>Import memory page {number} {SUFFIX}</p><!-- ".encode()
+            tail = b" --></body></html>"
+            data = head + b"x" * (size - len(head) - len(tail)) + tail
+            out.write(json.dumps(file_record(collection, number, data, f"Import memory page {number}")) + "\n")
+
+
+@pytest.fixture(scope="module")
+def text_only_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """An engine without the model: the memory test measures the import, not the embedding."""
+    tmp = tmp_path_factory.mktemp("text-only-engine")
+    service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"})
+    yield service
+    service.stop()
+
+
+def test_import_streams_memory_does_not_grow_with_the_file(text_only_engine: Service, tmp_path: Path) -> None:
+    collection = f"memory-{SUFFIX}"
+    one, fifty = tmp_path / "one.jsonl", tmp_path / "fifty.jsonl"
+    write_pages(one, collection, 0, 1, 8 * MiB)
+    write_pages(fifty, collection, 1, 50, 8 * MiB)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "fifty").mkdir()
+    peak_one = peak_rss_of_import(text_only_engine, one, tmp_path / "one")
+    peak_fifty = peak_rss_of_import(text_only_engine, fifty, tmp_path / "fifty")
+    print(f"import peak RSS: 1 x 8 MiB {peak_one / MiB:.0f} MiB, 50 x 8 MiB {peak_fifty / MiB:.0f} MiB")
+    assert peak_fifty <= peak_one + 64 * MiB, (peak_one / MiB, peak_fifty / MiB)
+    assert len(documents_in(text_only_engine, collection)) == 51
