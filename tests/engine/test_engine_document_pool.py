@@ -33,7 +33,7 @@ def test_every_text_comes_back_in_its_place_whatever_the_count() -> None:
         seen.setdefault(str(id(model)), set()).add(threading.current_thread().name)
         return np.array([[float(text), 1.0] for text in texts], dtype=np.float32)
 
-    pool = DocumentPool(object(), 3, 0, encode)
+    pool = DocumentPool([object(), object(), object()], encode)
     try:
         for count in range(1, 8):
             vectors = pool.embed([str(number) for number in range(count)])
@@ -46,9 +46,12 @@ def test_every_text_comes_back_in_its_place_whatever_the_count() -> None:
     assert len(set().union(*seen.values())) == 3
 
 
-def test_the_documents_pool_agrees_with_one_copy_and_limits_its_threads(model: SentenceTransformerEmbedder) -> None:
+def test_the_documents_pool_agrees_with_one_copy_and_limits_its_threads(
+    torch_model: SentenceTransformerEmbedder,
+) -> None:
     import torch
 
+    model = torch_model
     pool = model._documents
     workers, threads_each = plan_workers(0, "cpu", usable_cores())
     assert model.document_workers == pool.workers == workers

@@ -45,7 +45,7 @@ def test_hybrid_answers_fts_while_the_model_loads_and_jobs_wait_for_it(
         return model
 
     # The real start-up path (background load), with a model that loads when the test says so.
-    monkeypatch.setattr(embedder_module, "SentenceTransformerEmbedder", slow_model)
+    monkeypatch.setattr(embedder_module, "make_embedder", slow_model)
     app = make_app(embedder="minilm")
     engine = engine_of(app)
     client = app.test_client()

@@ -44,6 +44,8 @@ def _model(embedder: Embedder | None) -> dict[str, object] | None:
     if embedder is None:
         return None
     return {"name": embedder.name, "dim": embedder.dim, "batch_size": embedder.batch_size,
+            # "onnx" (ONNX Runtime, the CPU default) or "torch" (sentence-transformers): embedding/runtime.py
+            "runtime": getattr(embedder, "runtime", None),
             "document_workers": getattr(embedder, "document_workers", 1),
             "precision": {"documents": getattr(embedder, "document_precision", "float32"),
                           "queries": getattr(embedder, "query_precision", "float32")}}

@@ -7,18 +7,18 @@ call: on 2 cores two one-thread copies embedded SciFact's chunks at 20-22 chunks
 ran 16-20 (bench/ingestion.py; docs/benchmarks.md, "Where the CPU goes"). A call's texts (already sorted by
 length by the ingestion worker) are dealt out in turn, so every copy gets texts of the same lengths.
 
-Each copy is 90 MB in float32 (45 MB in 16 bits). A GPU keeps one copy: its own parallelism is the point.
+Each copy is 90 MB in float32 (45 MB in 16 bits) under torch; ONNX Runtime's copies are sessions that read
+one shared set of weights, each holding only its working memory (onnx_embedder.py). A GPU keeps one copy:
+its own parallelism is the point.
+The pool itself knows neither runtime: it gets the copies and a function that embeds with one.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
-
-from .query_model import limit_torch_threads
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +35,8 @@ def usable_cores() -> int:
 
 
 def plan_workers(requested: int, device: str, cores: int) -> tuple[int, int]:
-    """(copies of the model, torch threads per copy); `requested` 0 means pick for this machine."""
+    """(copies of the model, threads per copy); `requested` 0 means pick for this machine; 0 threads: the
+    runtime's default."""
     if device != "cpu":
         return 1, 0  # 0: torch's default
     workers = requested or min(cores, MAX_AUTO_WORKERS)
@@ -43,21 +44,22 @@ def plan_workers(requested: int, device: str, cores: int) -> tuple[int, int]:
 
 
 class DocumentPool:
-    """`workers` copies of a model, each behind its own thread; `encode(model, texts)` runs on those threads.
+    """Copies of a model, each behind its own thread; `encode(model, texts)` runs on those threads.
 
     Callers on several threads need no lock: a copy (and its tokenizer, which is not thread-safe) is only ever
-    touched by its own thread, and each call waits for its own shares."""
+    touched by its own thread, and each call waits for its own shares. `prepare(executor)`, when given, runs
+    once per thread before any work (torch sets its thread count there)."""
 
-    def __init__(self, model: Any, workers: int, threads_each: int,
-                 encode: Callable[[Any, list[str]], np.ndarray]) -> None:
-        self.workers = workers
+    def __init__(self, models: Sequence[Any], encode: Callable[[Any, list[str]], np.ndarray],
+                 prepare: Callable[[ThreadPoolExecutor], None] | None = None) -> None:
+        self.workers = len(models)
         self._encode = encode
-        self._models = [model] + [copy.deepcopy(model) for _ in range(workers - 1)]
+        self._models = list(models)
         self._executors = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kb-engine-embed-{index}")
-                           for index in range(workers)]
-        if threads_each:
+                           for index in range(self.workers)]
+        if prepare is not None:
             for executor in self._executors:
-                limit_torch_threads(executor, threads_each)
+                prepare(executor)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import numpy as np

