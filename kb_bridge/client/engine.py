@@ -1,64 +1,49 @@
 """EngineClient: every call the bridge makes to a kb engine (docs/engine-api.md).
 
 One `requests.Session` (pooled connections) per process, the engine key on every request,
-the retry policy from `kb_bridge.retry`, and the single translation of transport failures and
-engine error responses into the `kb_bridge.errors` hierarchy. Methods return the engine's
-JSON as dicts; shaping it for agents is the presenters' job.
+the retry policy from client/retry.py, the call's deadline from client/deadline.py, and the
+translation of transport failures and engine error responses into the `kb_bridge.errors`
+hierarchy from client/translation.py. Methods return the engine's JSON as dicts; shaping it for
+agents is the presenters' job.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
 from kb_bridge import __version__
 from kb_bridge.access_log import note_engine_outcome
 from kb_bridge.errors import (
-    Conflict,
-    EngineAuthFailed,
     EngineBadResponse,
-    EngineBusy,
-    EngineConnectFailed,
-    EngineFailure,
-    EngineServerError,
     EngineTimeout,
-    EngineUnavailable,
     EngineUnsupported,
-    InvalidArgument,
     KbError,
     NeverSent,
-    NotANote,
-    NotFound,
     OutcomeUnknown,
     Retryable,
-    TooLarge,
-    UnsupportedType,
 )
 from kb_bridge.metrics import Metrics
 from kb_bridge.redaction import Redactor
 from kb_bridge.client import deadline
 from kb_bridge.client.retry import RetryPolicy
+from kb_bridge.client.translation import Outcome, clean_message, error_for_answer, transport_errors
 from kb_bridge.client.versions import version_problem
 from kb_bridge.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
 
 API = "/api/v1"
-# Engine messages are passed on only for the caller's own mistakes (400/409/422), cut short
-# and stripped of control characters: enough to fix the call, never a dump.
-_MAX_ENGINE_MESSAGE = 300
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class StreamedBody(Protocol):
@@ -320,44 +305,15 @@ class EngineClient:
         left = end - now
         read_timeout, connect_timeout = min(read_timeout, left), min(self.settings.connect_timeout, left)
         started = time.perf_counter()
-        outcome = "error"
+        outcome = Outcome()
         headers = {**self._session.headers, **call.headers} if call.headers else self._session.headers
         try:
-            with self._watchdog.watching(end) as attempt:
-                try:
-                    response = self._attempt(call, data, headers, connect_timeout, read_timeout)
-                except (requests.exceptions.RequestException, OSError):
-                    if attempt.expired:
-                        outcome = "timeout"
-                        raise EngineTimeout(
-                            "the kb engine did not answer in time (KB_ENGINE_TIMEOUT), though it kept the connection open"
-                        ) from None
-                    raise
-            outcome = str(response.status_code)
-        except requests.exceptions.ConnectTimeout:
-            outcome = "connect_timeout"
-            raise EngineConnectFailed("the kb engine is unreachable (connection timed out)") from None
-        except requests.exceptions.ConnectionError as exc:
-            cause = _root_cause(exc)
-            if isinstance(cause, ReadTimeoutError):
-                outcome = "timeout"
-                raise EngineTimeout() from None
-            outcome = "connect_error"
-            if isinstance(cause, NewConnectionError):
-                raise EngineConnectFailed() from None
-            raise EngineUnavailable("the connection to the kb engine broke during the request") from None
-        except requests.exceptions.Timeout:
-            outcome = "timeout"
-            raise EngineTimeout() from None
-        except requests.exceptions.ChunkedEncodingError:
-            outcome = "broken_response"
-            raise EngineUnavailable("the connection to the kb engine broke during the response") from None
-        except requests.exceptions.RequestException:
-            outcome = "request_error"
-            raise EngineFailure("the request to the kb engine could not be made") from None
+            with self._watchdog.watching(end) as attempt, transport_errors(outcome, lambda: attempt.expired):
+                response = self._attempt(call, data, headers, connect_timeout, read_timeout)
+            outcome.label = str(response.status_code)
         finally:
-            self._metrics.engine_request(call.endpoint, outcome, time.perf_counter() - started)
-            note_engine_outcome(outcome)
+            self._metrics.engine_request(call.endpoint, outcome.label, time.perf_counter() - started)
+            note_engine_outcome(outcome.label)
         if response.status_code >= 400:
             raise self._error_for(response, call)
         return response
@@ -401,81 +357,7 @@ class EngineClient:
         return data
 
     def _error_for(self, response: requests.Response, call: Call) -> KbError:
-        status = response.status_code
-        code, message = _engine_error(response.content)
-        if status in (401, 403):
-            return EngineAuthFailed()
-        if status == 404:
-            return NotFound(f"{call.what} not found")
-        if status == 405:
-            return EngineUnsupported(f"the kb engine does not offer {call.endpoint}")
-        if status == 409:
-            if code == "not_a_note":
-                return NotANote()
-            return Conflict(self._clean(message) or "the engine reported a conflict")
-        if status == 412:
-            return Conflict("the document changed since the version you expected", reason="version_mismatch")
-        if status == 413:
-            return TooLarge("the engine refused the content as too large")
-        if status == 415:
-            return UnsupportedType()
-        if status in (400, 422):
-            return InvalidArgument("", "the engine rejected the request: " + (self._clean(message) or "invalid input"))
-        if status == 429 or status in (502, 503, 504):
-            return EngineBusy(retry_after=_retry_after(response.headers.get("Retry-After")))
-        if status >= 500:
-            return EngineServerError()
-        return EngineFailure(f"the kb engine answered with an unexpected status {status}")
-
-    def _clean(self, message: str | None) -> str:
-        """An engine's message, fit to pass on: secrets out first (in any case; a cut cannot leave a stub),
-        then control characters, then cut short."""
-        if not message:
-            return ""
-        window = message[: 4 * _MAX_ENGINE_MESSAGE]  # redacting a 64 MiB body is not needed to show 300 characters
-        return _CONTROL.sub(" ", self._redact(window))[:_MAX_ENGINE_MESSAGE].strip()
+        clean = partial(clean_message, redact=self._redact)
+        return error_for_answer(response.status_code, response.content, response.headers, call.what, call.endpoint, clean)
 
 
-def _engine_error(body: bytes) -> tuple[str | None, str | None]:
-    """(code, message) from either engine error shape; (None, None) when unreadable."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None, None
-    if not isinstance(data, dict):
-        return None, None
-    error = data.get("error")
-    if isinstance(error, dict):
-        code, message = error.get("code"), error.get("message")
-        return (code if isinstance(code, str) else None, message if isinstance(message, str) else None)
-    detail = data.get("detail")
-    if isinstance(detail, str):
-        return None, detail
-    if isinstance(detail, list):
-        # FastAPI style: [{"loc": ["body", "query"], "msg": "..."}]
-        parts = []
-        for item in detail[:5]:
-            if isinstance(item, dict):
-                loc = ".".join(str(p) for p in item.get("loc", []) if p != "body")
-                parts.append(f"{loc}: {item.get('msg', '')}" if loc else str(item.get("msg", "")))
-        return None, "; ".join(parts) or None
-    return None, None
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds form; an HTTP date is ignored)."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
-
-
-def _root_cause(exc: requests.exceptions.ConnectionError) -> BaseException | None:
-    """The urllib3 error under a requests ConnectionError (requests wraps it in MaxRetryError)."""
-    cause = exc.args[0] if exc.args else None
-    if isinstance(cause, MaxRetryError):
-        cause = cause.reason
-    return cause if isinstance(cause, BaseException) else None
