@@ -1,7 +1,7 @@
 """The Store: everything the engine keeps, behind one interface.
 
-Routes, the ingestion worker and search never run SQL: they call a Store. One backend module holds all of
-its SQL (`store/sqlite/` today); the engine picks one with `store.open_store(config)`. Every method is its
+Routes, the ingestion worker and search never run SQL: they call a Store. Each backend package holds all of
+its SQL (`store/sqlite/`, `store/postgres/`); the engine picks one with `store/backends.py:open_store(config)`. Every method is its
 own transaction; methods that change a document change its chunks, vectors and tags in that same
 transaction, so a reader never sees half of a change and a crash leaves none of it. A method that changes
 what search finds returns once search finds it.
@@ -223,13 +223,21 @@ class Store(Protocol):
         """Replace a note's title, text, chunks and vectors; version + 1. NotANote for a file,
         PreconditionFailed when `if_match` (versions accepted; "*" any) does not hold."""
 
-    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON: ...
+    def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
+                    now: str, missing_is_not_found: bool = False) -> JSON:
+        """Remove then add tags in one step (one version step if anything changed); PreconditionFailed when
+        `if_match` does not hold. Removing a tag the document lacks changes nothing, or with
+        `missing_is_not_found` is NotFound. Returns the document's id, tags and version."""
 
-    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON: ...
+    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:
+        """change_tags adding `tags`."""
+
+    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
+        """change_tags removing `tag`; NotFound when the document lacks it."""
 
     def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                    now: str) -> JSON:
-        """Remove and add tags in one step (one version step); PreconditionFailed when `if_match` does not hold."""
+        """change_tags with both lists and `if_match`."""
 
     def list_tags(self, prefix: str | None) -> list[JSON]: ...
 

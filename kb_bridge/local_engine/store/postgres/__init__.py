@@ -8,8 +8,11 @@ store/derived.py, and caught up before every search, so a job done on one replic
 at once), and uploads it is staging or running.
 
 All of the store's SQL lives in this package: schema.py (migrations under an advisory lock), documents.py,
-jobs.py (the shared queue, SKIP LOCKED claims, leases), index_log.py (the commit-ordered change log), db.py
+vectors.py (nearest-neighbour search in pgvector), jobs.py (the shared queue, SKIP LOCKED claims, leases),
+index_log.py (the commit-ordered change log), importing.py (`kb-bridge migrate`'s bulk copy), db.py
 (connections, timeouts, and the translation of an unreachable database into StoreUnavailable: HTTP 503).
+The reads and writes both SQL stores share are ../sql_reads.py and ../sql_writes.py; a write search
+follows goes through `_changing()` there, and this replica's text index has caught up when it returns.
 """
 
 from __future__ import annotations
@@ -21,26 +24,24 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import NotFound, StoreUnavailable
+from ...errors import StoreUnavailable
 from ..base import (
     JSON,
     ClaimedJob,
     DocumentFilter,
     FinishedJob,
     Idempotency,
-    PreparedChunks,
     Ranking,
     Submission,
-    check_note,
-    check_version,
 )
 from ..derived import DerivedIndexes
 from ..sql_reads import SqlReads
-from . import documents, index_log, jobs, schema
+from ..sql_writes import SqlWrites
+from . import documents, index_log, jobs, schema, vectors
 from .db import Database, redacted
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ EF_SEARCH = 128
 _REPLICA_FILE = "replica-id"
 
 
-class PostgresStore(SqlReads):
+class PostgresStore(SqlReads, SqlWrites):
     kind = "postgresql"
     sql_documents = documents
     sql_jobs = jobs
@@ -184,18 +185,16 @@ class PostgresStore(SqlReads):
 
     def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
         stored: dict[int, int] = {}
-        with self._write_lock:
-            with self.db.write() as conn:
-                mine = [item for item in finished if jobs.take_for_completion(conn, item.job_id, self.replica)]
-                ids = documents.insert_documents(conn, [item.document for item in mine], now)
-                for item, doc_id in zip(mine, ids, strict=True):
-                    chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
-                    documents.store_vectors(conn, chunk_ids, item.chunks.vectors)
-                    if item.original is not None:
-                        documents.store_original_from_upload(conn, doc_id, item.job_id, item.original)
-                    jobs.finish_job(conn, item.job_id, doc_id, now)
-                    stored[item.job_id] = doc_id
-            self._catch_up()
+        with self._changing() as conn:
+            mine = [item for item in finished if jobs.take_for_completion(conn, item.job_id, self.replica)]
+            ids = documents.insert_documents(conn, [item.document for item in mine], now)
+            for item, doc_id in zip(mine, ids, strict=True):
+                chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
+                documents.store_vectors(conn, chunk_ids, item.chunks.vectors)
+                if item.original is not None:
+                    documents.store_original_from_upload(conn, doc_id, item.job_id, item.original)
+                jobs.finish_job(conn, item.job_id, doc_id, now)
+                stored[item.job_id] = doc_id
         for item in finished:
             self._hold(item.job_id, False)
         skipped = [item.job_id for item in finished if item.job_id not in stored]
@@ -213,51 +212,6 @@ class PostgresStore(SqlReads):
             jobs.requeue(conn, job_id, self.replica)
         self._hold(job_id, False)
 
-    # --- documents and tags ---------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _changing(self) -> Iterator[Any]:
-        """A write transaction after which this replica's text index catches up (so it returns searchable)."""
-        with self._write_lock:
-            with self.db.write() as conn:
-                yield conn
-            self._catch_up()
-
-    def delete_document(self, doc_id: int) -> None:
-        with self._changing() as conn:
-            documents.delete_document(conn, doc_id)
-
-    def replace_note(self, doc_id: int, title: str, text: str, chunks: PreparedChunks,
-                     if_match: Collection[str] | None, now: str) -> JSON:
-        with self._changing() as conn:
-            row = documents.require_document(conn, doc_id)
-            check_note(row["doc_type"], row["version"], doc_id, if_match)
-            conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc_id,))
-            documents.update_note(conn, doc_id, title, text, now)
-            chunk_ids = documents.insert_chunks(conn, doc_id, title, chunks.texts)
-            documents.store_vectors(conn, chunk_ids, chunks.vectors)
-            jobs.record_finished_update(conn, doc_id, now)
-        return self.get_document(doc_id)
-
-    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:
-        with self._changing() as conn:
-            documents.require_document(conn, doc_id)
-            return documents.change_tags(conn, doc_id, tags, (), now)
-
-    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
-        with self._changing() as conn:
-            documents.require_document(conn, doc_id)
-            if tag not in documents.tag_state(conn, doc_id)["tags"]:  # type: ignore[operator]
-                raise NotFound(f"document {doc_id} has no tag {tag!r}")
-            return documents.change_tags(conn, doc_id, (), (tag,), now)
-
-    def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
-                   now: str) -> JSON:
-        with self._changing() as conn:
-            row = documents.require_document(conn, doc_id)
-            check_version(row["version"], doc_id, if_match)
-            return documents.change_tags(conn, doc_id, add, remove, now)
-
     # --- chunks and vectors -----------------------------------------------------------------------------------
 
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
@@ -271,12 +225,9 @@ class PostgresStore(SqlReads):
         with self.db.write() as conn:
             schema.vector_table(conn, dim)
             self._vector_table = True
-            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
-            if row is not None and row[0] != identity:
-                logger.warning("stored vectors were made by %s; re-embedding with %s", row[0], identity)
-                conn.execute("TRUNCATE embeddings")
-            conn.execute("INSERT INTO meta VALUES ('embedding_model', %s) ON CONFLICT (key) DO UPDATE "
-                         "SET value = EXCLUDED.value", (identity,))
+            dropped = documents.use_model(conn, identity)
+        if dropped is not None:
+            logger.warning("stored vectors were made by %s; re-embedding with %s", dropped, identity)
         return self.vector_count()
 
     def vector_count(self) -> int:
@@ -309,49 +260,23 @@ class PostgresStore(SqlReads):
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:
-        clauses: list[str] = []
-        params: list[object] = []
-        if where is not None and not where.is_empty():
-            clause, params = documents.where_sql(where)
-            clauses.append(clause)
-        if exclude_chunk is not None:
-            clauses.append("e.chunk_id <> %s")
-            params.append(exclude_chunk)
-        if exclude_document is not None:
-            clauses.append("c.document_id <> %s")
-            params.append(exclude_document)
-        joins = " JOIN chunks c ON c.id = e.chunk_id JOIN documents d ON d.id = c.document_id" if clauses else ""
-        where_clause = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         if not self._vector_table:
             return []
-        literal = documents.vector_literal(vector)
         with self.db.snapshot() as conn:
-            conn.execute(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH, k)}")
-            # Filters prune the graph's candidates; iterative scans keep walking until k pass them.
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            rows = conn.execute(
-                "SELECT chunk_id, distance FROM (SELECT e.chunk_id, e.vector <=> %s::halfvec AS distance "
-                f"FROM embeddings e{joins}{where_clause} ORDER BY distance LIMIT %s) s ORDER BY distance, chunk_id",
-                [literal, *params, k],
-            ).fetchall()
-        return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+            return vectors.nearest(conn, vector, k, where, exclude_chunk, exclude_document, max(EF_SEARCH, k))
 
     def similarities(self, vector: np.ndarray, chunk_ids: Iterable[int]) -> dict[int, float]:
         ids = list(chunk_ids)
         if not ids or not self._vector_table:
             return {}
         with self.db.snapshot() as conn:
-            rows = conn.execute("SELECT chunk_id, 1 - (vector <=> %s::halfvec) FROM embeddings WHERE chunk_id = ANY(%s)",
-                                (documents.vector_literal(vector), ids)).fetchall()
-        return {int(r[0]): float(r[1]) for r in rows}
+            return vectors.similarities(conn, vector, ids)
 
     def vector_of(self, chunk_id: int) -> np.ndarray | None:
         if not self._vector_table:
             return None
         with self.db.snapshot() as conn:
-            row = conn.execute("SELECT vector::text FROM embeddings WHERE chunk_id = %s", (chunk_id,)).fetchone()
-        return documents.parse_vector(row[0]) if row else None
-
+            return vectors.vector_of(conn, chunk_id)
 
 def prepare_database(url: str) -> int:
     """Reach the database (for up to CONNECT_FOR_SECONDS), create pgvector and the schema or upgrade it;

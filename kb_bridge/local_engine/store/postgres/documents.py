@@ -1,5 +1,6 @@
 """SQL for documents, chunks, tags and vectors on PostgreSQL. Plain functions over a connection; callers own
-the transaction (PostgresStore). They return the API's JSON objects, exactly as store/sqlite/documents.py does.
+the transaction (PostgresStore). They return the API's JSON objects, exactly as store/sqlite/documents.py does,
+whose functions share these names and signatures (../sql_reads.py and ../sql_writes.py call either).
 """
 
 from __future__ import annotations
@@ -140,6 +141,18 @@ def store_vectors(conn: Any, chunk_ids: Sequence[int], vectors: np.ndarray | Non
         )
 
 
+def use_model(conn: Any, identity: str) -> str | None:
+    """Record that stored vectors are `identity`'s; vectors another model made are dropped, and its
+    identity returned (None when there were none or they were this model's)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+    dropped = row[0] if row is not None and row[0] != identity else None
+    if dropped is not None:
+        conn.execute("TRUNCATE embeddings")
+    conn.execute("INSERT INTO meta VALUES ('embedding_model', %s) ON CONFLICT (key) DO UPDATE "
+                 "SET value = EXCLUDED.value", (identity,))
+    return dropped
+
+
 def stored_vectors_by_text(conn: Any, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
     """Float32 vectors (little-endian bytes) already made for chunks with exactly this (title, text sha256)."""
     wanted = set(keys)
@@ -184,9 +197,13 @@ def update_note(conn: Any, doc_id: int, title: str, content: str, now: str) -> N
     conn.execute("UPDATE document_content SET text = %s WHERE document_id = %s", (content, doc_id))
 
 
+def delete_chunks(conn: Any, doc_id: int) -> None:
+    conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc_id,))
+
+
 def delete_document(conn: Any, doc_id: int) -> None:
     require_document(conn, doc_id)
-    conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc_id,))
+    delete_chunks(conn, doc_id)
     conn.execute("DELETE FROM documents WHERE id = %s", (doc_id,))
 
 

@@ -3,10 +3,12 @@ derived from it beside it: full text (tantivy) and vectors (usearch).
 
 All of the store's SQL lives in this package: the schema and its migrations (schema.py), documents, chunks,
 tags and vectors (documents.py), the job queue and idempotency keys (jobs.py), the change log the indexes
-follow (index_log.py); ../derived.py keeps the indexes in step; db.py hands each thread its own connection.
-One process per data directory (the engine's lock, datadir.py) writes, and every write that the indexes
-follow holds `_write_lock` across its transaction and the indexes' catch-up, so the indexes change in
-commit order and a write returns only once it is searchable.
+follow (index_log.py), the export of a whole store (export.py); ../derived.py keeps the indexes in step;
+db.py hands each thread its own connection. The reads and writes both SQL stores share are
+../sql_reads.py and ../sql_writes.py. One process per data directory (the engine's lock, datadir.py)
+writes, and every write that the indexes follow goes through `_changing()` (../sql_writes.py): the store's
+write lock across its transaction and the indexes' catch-up, so the indexes change in commit order and a
+write returns only once it is searchable.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +26,12 @@ from ..base import (
     DocumentFilter,
     FinishedJob,
     Idempotency,
-    PreparedChunks,
     Ranking,
     Submission,
-    check_note,
-    check_version,
 )
 from ..derived import DerivedIndexes
 from ..sql_reads import SqlReads
+from ..sql_writes import SqlWrites
 from . import documents, index_log, jobs, schema
 from .db import Database
 
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 
 
-class SqliteStore(SqlReads):
+class SqliteStore(SqlReads, SqlWrites):
     kind = "sqlite"
     sql_documents = documents
     sql_jobs = jobs
@@ -106,20 +106,19 @@ class SqliteStore(SqlReads):
     def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
         stored: dict[int, int] = {}
         with self._write_lock:
-            with self.db.write() as conn:
+            with self._changing() as conn:
                 for item in finished:
                     if jobs.job_status(conn, item.job_id) != "running":
                         continue  # not ours any more (cannot happen with one engine per data directory)
                     doc_id = documents.insert_document(conn, item.document, now)
                     chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
-                    _store_vectors(conn, chunk_ids, item.chunks.vectors)
+                    documents.store_vectors(conn, chunk_ids, item.chunks.vectors)
                     if item.original is not None:
                         documents.store_original(conn, doc_id, item.original)
                     jobs.attach_document(conn, item.job_id, doc_id)
                     stored[item.job_id] = doc_id
-            # Done only once searchable; a crash before the next step leaves them running with their
-            # document, and recover() marks them done.
-            self.indexes.catch_up()
+            # Done only once searchable (_changing caught the indexes up); a crash before the next step
+            # leaves them running with their document, and recover() marks them done.
             with self.db.write() as conn:
                 for job_id, doc_id in stored.items():
                     jobs.finish_job(conn, job_id, doc_id, now)
@@ -133,72 +132,21 @@ class SqliteStore(SqlReads):
         with self.db.write() as conn:
             jobs.requeue(conn, job_id)
 
-    # --- documents and tags -------------------------------------------------------------------------------------
-
-    def delete_document(self, doc_id: int) -> None:
-        with self._write_lock:
-            with self.db.write() as conn:
-                documents.delete_document(conn, doc_id)
-            self.indexes.catch_up()
-
-    def replace_note(
-        self, doc_id: int, title: str, text: str, chunks: PreparedChunks, if_match: Collection[str] | None, now: str
-    ) -> JSON:
-        with self._write_lock:
-            with self.db.write() as conn:
-                row = documents.require_document(conn, doc_id)
-                check_note(row["doc_type"], row["version"], doc_id, if_match)
-                documents.delete_chunks(conn, doc_id)
-                documents.update_note(conn, doc_id, title, text, now)
-                chunk_ids = documents.insert_chunks(conn, doc_id, title, chunks.texts)
-                _store_vectors(conn, chunk_ids, chunks.vectors)
-                jobs.record_finished_update(conn, doc_id, now)
-            self.indexes.catch_up()
-        return self.get_document(doc_id)
-
-    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:
-        with self._write_lock:
-            with self.db.write() as conn:
-                state = documents.add_tags(conn, doc_id, tags, now)
-            self.indexes.catch_up()
-        return state
-
-    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
-        with self._write_lock:
-            with self.db.write() as conn:
-                state = documents.remove_tag(conn, doc_id, tag, now)
-            self.indexes.catch_up()
-        return state
-
-    def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
-                   now: str) -> JSON:
-        with self._write_lock:
-            with self.db.write() as conn:
-                row = documents.require_document(conn, doc_id)
-                check_version(row["version"], doc_id, if_match)
-                state = documents.change_tags(conn, doc_id, add, remove, now)
-            self.indexes.catch_up()
-        return state
-
     # --- chunks and vectors -----------------------------------------------------------------------------------------
 
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
-        with self._write_lock:
-            with self.db.write() as conn:
-                alive = documents.existing_chunk_ids(conn, chunk_ids)
-                keep = [i for i, chunk_id in enumerate(chunk_ids) if chunk_id in alive]
-                _store_vectors(conn, [chunk_ids[i] for i in keep], vectors[keep])
-            self.indexes.catch_up()
+        with self._changing() as conn:
+            alive = documents.existing_chunk_ids(conn, chunk_ids)
+            keep = [i for i, chunk_id in enumerate(chunk_ids) if chunk_id in alive]
+            documents.store_vectors(conn, [chunk_ids[i] for i in keep], vectors[keep])
         return len(keep)
 
     def use_embeddings(self, identity: str, dim: int) -> int:
         with self._write_lock:
             with self.db.write() as conn:
-                row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
-                if row is not None and row[0] != identity:
-                    logger.warning("stored vectors were made by %s; re-embedding with %s", row[0], identity)
-                    conn.execute("DELETE FROM embeddings")
-                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?)", (identity,))
+                dropped = documents.use_model(conn, identity)
+            if dropped is not None:
+                logger.warning("stored vectors were made by %s; re-embedding with %s", dropped, identity)
             return self.indexes.use_vectors(identity, dim)
 
     def vector_count(self) -> int:
@@ -233,10 +181,3 @@ class SqliteStore(SqlReads):
         index = self.indexes.vectors
         return index.vector_of(chunk_id) if index is not None else None
 
-
-def _store_vectors(conn: Any, chunk_ids: Sequence[int], vectors: np.ndarray | None) -> None:
-    if vectors is None or not len(chunk_ids):
-        return
-    from ..vector_index import to_blob
-
-    documents.store_vectors(conn, ((cid, to_blob(vec)) for cid, vec in zip(chunk_ids, vectors, strict=True)))

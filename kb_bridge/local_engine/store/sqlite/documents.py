@@ -10,9 +10,13 @@ import hashlib
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ...errors import NotFound
 from ..base import DocumentFilter, NewDocument, Original, text_sha256
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
     d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
@@ -149,8 +153,24 @@ def delete_chunks(conn: sqlite3.Connection, doc_id: int) -> list[int]:
     return ids
 
 
-def store_vectors(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes]]) -> None:
-    conn.executemany("INSERT OR REPLACE INTO embeddings (chunk_id, vector) VALUES (?, ?)", rows)
+def store_vectors(conn: sqlite3.Connection, chunk_ids: Sequence[int], vectors: np.ndarray | None) -> None:
+    if vectors is None or not len(chunk_ids):
+        return
+    from ..vector_index import to_blob
+
+    conn.executemany("INSERT OR REPLACE INTO embeddings (chunk_id, vector) VALUES (?, ?)",
+                     ((cid, to_blob(vec)) for cid, vec in zip(chunk_ids, vectors, strict=True)))
+
+
+def use_model(conn: sqlite3.Connection, identity: str) -> str | None:
+    """Record that stored vectors are `identity`'s; vectors another model made are dropped, and its
+    identity returned (None when there were none or they were this model's)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+    dropped = row[0] if row is not None and row[0] != identity else None
+    if dropped is not None:
+        conn.execute("DELETE FROM embeddings")
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?)", (identity,))
+    return dropped
 
 
 def stored_vectors_by_text(conn: sqlite3.Connection, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
@@ -215,27 +235,6 @@ def delete_document(conn: sqlite3.Connection, doc_id: int) -> list[int]:
     return chunk_ids
 
 
-def add_tags(conn: sqlite3.Connection, doc_id: int, tags: Sequence[str], now: str) -> dict[str, object]:
-    require_document(conn, doc_id)
-    added = 0
-    for tag in tags:
-        added += conn.execute(
-            "INSERT OR IGNORE INTO document_tags (document_id, tag) VALUES (?, ?)", (doc_id, tag)
-        ).rowcount
-    if added:
-        _bump_version(conn, doc_id, now)
-    return _tag_state(conn, doc_id)
-
-
-def remove_tag(conn: sqlite3.Connection, doc_id: int, tag: str, now: str) -> dict[str, object]:
-    require_document(conn, doc_id)
-    removed = conn.execute("DELETE FROM document_tags WHERE document_id = ? AND tag = ?", (doc_id, tag)).rowcount
-    if not removed:
-        raise NotFound(f"document {doc_id} has no tag {tag!r}")
-    _bump_version(conn, doc_id, now)
-    return _tag_state(conn, doc_id)
-
-
 def change_tags(
     conn: sqlite3.Connection, doc_id: int, add: Sequence[str], remove: Sequence[str], now: str
 ) -> dict[str, object]:
@@ -250,7 +249,7 @@ def change_tags(
         ).rowcount
     if changed:
         _bump_version(conn, doc_id, now)
-    return _tag_state(conn, doc_id)
+    return tag_state(conn, doc_id)
 
 
 def list_tags(conn: sqlite3.Connection, prefix: str | None) -> list[dict[str, object]]:
@@ -312,7 +311,7 @@ def _bump_version(conn: sqlite3.Connection, doc_id: int, now: str) -> None:
     conn.execute("UPDATE documents SET version = version + 1, updated_at = ? WHERE id = ?", (now, doc_id))
 
 
-def _tag_state(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
+def tag_state(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
     version = conn.execute("SELECT version FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
     return {"id": doc_id, "tags": tags_of(conn, [doc_id])[doc_id], "version": version}
 

@@ -1,0 +1,81 @@
+"""The writes that both SQL stores make the same way, over their own SQL modules (`sqlite/documents.py` or
+`postgres/documents.py`, which share names and signatures); the counterpart of sql_reads.py.
+
+Every write that search follows goes through `_changing()`: under the store's write lock, one transaction
+(its change log rows written by the database in it: sqlite/schema.py's triggers, postgres/index_log.py), and
+then the derived indexes catch up, so the indexes change in commit order and the write returns only once
+search finds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NotFound
+from .base import JSON, PreparedChunks, check_note, check_version
+
+if TYPE_CHECKING:
+    from .derived import DerivedIndexes, Transactions
+
+
+class SqlWrites:
+    db: Transactions
+    indexes: DerivedIndexes
+    sql_documents: ModuleType
+    sql_jobs: ModuleType
+    _write_lock: threading.RLock
+
+    if TYPE_CHECKING:  # the store mixes in SqlReads too
+
+        def get_document(self, doc_id: int, detail: bool = False) -> JSON: ...
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[Any]:
+        """A write transaction after which the derived indexes catch up (so it returns searchable)."""
+        with self._write_lock:
+            with self.db.write() as conn:
+                yield conn
+            self.indexes.catch_up()
+
+    def delete_document(self, doc_id: int) -> None:
+        with self._changing() as conn:
+            self.sql_documents.delete_document(conn, doc_id)
+
+    def replace_note(self, doc_id: int, title: str, text: str, chunks: PreparedChunks,
+                     if_match: Collection[str] | None, now: str) -> JSON:
+        with self._changing() as conn:
+            row = self.sql_documents.require_document(conn, doc_id)
+            check_note(row["doc_type"], row["version"], doc_id, if_match)
+            self.sql_documents.delete_chunks(conn, doc_id)
+            self.sql_documents.update_note(conn, doc_id, title, text, now)
+            chunk_ids = self.sql_documents.insert_chunks(conn, doc_id, title, chunks.texts)
+            self.sql_documents.store_vectors(conn, chunk_ids, chunks.vectors)
+            self.sql_jobs.record_finished_update(conn, doc_id, now)
+        return self.get_document(doc_id)
+
+    def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
+                    now: str, missing_is_not_found: bool = False) -> JSON:
+        with self._changing() as conn:
+            row = self.sql_documents.require_document(conn, doc_id)
+            check_version(row["version"], doc_id, if_match)
+            if missing_is_not_found:
+                held = self.sql_documents.tag_state(conn, doc_id)["tags"]
+                for tag in remove:
+                    if tag not in held:
+                        raise NotFound(f"document {doc_id} has no tag {tag!r}")
+            state: JSON = self.sql_documents.change_tags(conn, doc_id, add, remove, now)
+            return state
+
+    def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:
+        return self.change_tags(doc_id, tags, (), None, now)
+
+    def remove_tag(self, doc_id: int, tag: str, now: str) -> JSON:
+        return self.change_tags(doc_id, (), (tag,), None, now, missing_is_not_found=True)
+
+    def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
+                   now: str) -> JSON:
+        return self.change_tags(doc_id, add, remove, if_match, now)
