@@ -26,6 +26,9 @@ class KbError(Exception):
 
     code: ClassVar[str] = "INTERNAL_ERROR"
     default_message: ClassVar[str] = "the request failed"
+    # The HTTP status a web page answers with (web/console/headers.py); a failure past the bridge's own
+    # checks (the engine, the staging area) is the bridge failing as a gateway.
+    http_status: ClassVar[int] = 502
 
     def __init__(self, message: str | None = None, **details: Any) -> None:
         super().__init__(message or self.default_message)
@@ -49,6 +52,7 @@ class NeverSent:
 
 class InvalidArgument(KbError):
     code = "VALIDATION_ERROR"
+    http_status = 400
     default_message = "an argument is invalid"
 
     def __init__(self, field: str, problem: str, **details: Any) -> None:
@@ -57,6 +61,7 @@ class InvalidArgument(KbError):
 
 class NotFound(KbError):
     code = "NOT_FOUND"
+    http_status = 404
     default_message = "not found"
 
 
@@ -64,11 +69,13 @@ class Forbidden(KbError):
     """The caller's token may not do this: a scope it lacks, or a collection outside its own."""
 
     code = "FORBIDDEN"
+    http_status = 403
     default_message = "this token may not do that"
 
 
 class Conflict(KbError):
     code = "CONFLICT"
+    http_status = 409
     default_message = "the request conflicts with the current state"
 
 
@@ -79,16 +86,19 @@ class NotANote(Conflict):
 
 class TooLarge(KbError):
     code = "TOO_LARGE"
+    http_status = 413
     default_message = "the content is larger than allowed"
 
 
 class UnsupportedType(KbError):
     code = "UNSUPPORTED_TYPE"
+    http_status = 415
     default_message = "the engine does not accept this file type"
 
 
 class LimitExceeded(KbError):
     code = "LIMIT_EXCEEDED"
+    http_status = 429
     default_message = "a limit was reached"
 
 
@@ -107,6 +117,7 @@ class UploadExpired(NotFound):
 
 class StorageFull(KbError):
     code = "STORAGE_FULL"
+    http_status = 507
     default_message = "the upload staging area is full; try again later"
 
 

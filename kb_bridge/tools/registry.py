@@ -33,10 +33,12 @@ def select(settings: McpSettings, available: tuple[ToolSpec, ...] = ALL_TOOLS) -
     ]
 
 
-def call(ctx: ToolContext, name: str, arguments: dict[str, object]) -> Result:
-    """Run one tool by name as its handler runs for an agent (the console and the command line for
-    people): FORBIDDEN without the tool's scope, arguments parsed and validated by its model."""
-    spec = next(spec for spec in ALL_TOOLS if spec.name == name)
+def call(
+    ctx: ToolContext, name: str, arguments: dict[str, object], available: tuple[ToolSpec, ...] = ALL_TOOLS
+) -> Result:
+    """Run one tool of `available` by name as its handler runs for an agent (the console and the command
+    line for people): FORBIDDEN without the tool's scope, arguments parsed and validated by its model."""
+    spec = next(spec for spec in available if spec.name == name)
     if not ctx.principal.can(spec.scope):
         raise Forbidden(f"this token lacks the {spec.scope} scope that {spec.name} needs", scope=spec.scope)
     return spec.handler(ctx, spec.parse(arguments))

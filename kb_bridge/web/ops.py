@@ -17,7 +17,7 @@ from kb_bridge.auth.tokens_file import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
 from kb_bridge.settings import OAuthSettings
 from kb_bridge.web.body_limit import NOTE_FORM_BYTES, BodyLimits
-from kb_bridge.web.console import console_blueprint
+from kb_bridge.web import console
 
 # Readiness probes run often and must answer fast, whatever the tool-call timeout is.
 READY_TIMEOUT = 2.0
@@ -63,7 +63,7 @@ def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None) -
     app.config["MAX_CONTENT_LENGTH"] = limits.largest
     app.config["MAX_FORM_MEMORY_SIZE"] = NOTE_FORM_BYTES
     keys = metrics_keys(bridge)
-    app.register_blueprint(console_blueprint(bridge, authenticator or Authenticator(bridge.settings.mcp)))
+    console.register(app, bridge, authenticator or Authenticator(bridge.settings.mcp))
 
     @app.get("/healthz")
     def healthz() -> ResponseReturnValue:

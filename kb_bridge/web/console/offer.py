@@ -10,7 +10,7 @@ from kb_bridge.auth.principal import Principal
 from kb_bridge.errors import Forbidden
 from kb_bridge.settings import McpSettings
 from kb_bridge.tools import registry
-from kb_bridge.tools.spec import ToolSpec
+from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 # A console upload runs the three upload tools (so it is staged and limited as an agent's upload is).
 UPLOAD_TOOLS = ("kb_upload_start", "kb_upload_chunk", "kb_upload_finish")
@@ -19,6 +19,7 @@ UPLOAD_TOOLS = ("kb_upload_start", "kb_upload_chunk", "kb_upload_finish")
 class ConsoleTools:
     def __init__(self, settings: McpSettings, available: tuple[ToolSpec, ...] = registry.ALL_TOOLS) -> None:
         self._offered = {spec.name: spec for spec in registry.select(settings, available)}
+        self._specs = tuple(self._offered.values())
 
     def usable(self, principal: Principal, *names: str) -> bool:
         """Whether the bridge offers every one of these tools and the principal holds their scopes."""
@@ -33,3 +34,8 @@ class ConsoleTools:
                                 "so neither does the console")
             if not principal.can(spec.scope):
                 raise Forbidden(f"this token lacks the {spec.scope} scope that {name} needs", scope=spec.scope)
+
+    def call(self, ctx: ToolContext, name: str, arguments: dict[str, object]) -> Result:
+        """Run an offered tool for the principal, as /mcp runs it (FORBIDDEN when `require` says so)."""
+        self.require(ctx.principal, name)
+        return registry.call(ctx, name, arguments, self._specs)

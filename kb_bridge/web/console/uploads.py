@@ -1,0 +1,78 @@
+"""Uploading a file: the three upload tools run as an agent runs them (the same checks of type, size and
+collection, the same staging, the same per-caller limits KB_UPLOAD_MAX_PER_CALLER and
+KB_UPLOAD_MAX_STAGED_BYTES); the browser sends one form, the view sends it on in the tools' chunks."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import IO
+
+from flask import jsonify, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from kb_bridge import collections as collection_names
+from kb_bridge.errors import InvalidArgument, KbError
+from kb_bridge.tools.spec import Result
+from kb_bridge.web.console.offer import UPLOAD_TOOLS
+from kb_bridge.web.console.state import blueprint, call, current_console, principal, require, usable, wants_json
+
+logger = logging.getLogger(__name__)
+
+
+@blueprint.get("/upload")
+def upload_page() -> ResponseReturnValue:
+    require(*UPLOAD_TOOLS)
+    names = [c["name"] for c in call("kb_collections", {})["collections"]] if usable("kb_collections") else []
+    if principal().collections is not None:
+        names = sorted(principal().collections or ())
+    elif collection_names.DEFAULT not in names:
+        names = [collection_names.DEFAULT, *names]
+    return render_template("upload.html", title="Upload", collections=names,
+                           extensions=", ".join(current_console().bridge.settings.uploads.extensions))
+
+
+@blueprint.post("/upload")
+def upload() -> ResponseReturnValue:
+    require(*UPLOAD_TOOLS)
+    file = request.files.get("file")
+    if file is None or not file.filename:
+        raise InvalidArgument("file", "choose a file to upload")
+    stream = file.stream
+    stream.seek(0, 2)
+    size = stream.tell()
+    if size == 0:
+        raise InvalidArgument("file", "is empty")
+    finished = _sent(file.filename, stream, size, request.form.get("collection") or collection_names.DEFAULT)
+    sent = {"id": finished["job_id"], "status": finished["status"], "filename": finished["filename"]}
+    url = url_for("console.job", job_id=sent["id"]) if usable("kb_jobs") else None
+    if wants_json():
+        return jsonify(job=sent, url=url)
+    if url is not None:
+        return redirect(url)
+    return render_template("uploaded.html", title="Uploaded", job=sent)
+
+
+def _sent(filename: str, stream: IO[bytes], size: int, collection: str) -> Result:
+    """kb_upload_finish's result for the file, sent with kb_upload_start and kb_upload_chunk."""
+    started = call("kb_upload_start", {"filename": filename, "total_size": size, "collection": collection})
+    upload_id = str(started["upload_id"])
+    try:
+        stream.seek(0)
+        for index, piece in enumerate(iter(lambda: stream.read(int(started["max_chunk_bytes"])), b"")):
+            call("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": index,
+                                     "data": base64.b64encode(piece).decode("ascii")})
+        return call("kb_upload_finish", {"upload_id": upload_id})
+    except BaseException:
+        _abandon(upload_id)
+        raise
+
+
+def _abandon(upload_id: str) -> None:
+    """Free the staged bytes and the caller's upload slot of a console upload that failed part way (the
+    person sends the file again; nobody resumes it)."""
+    bridge = current_console().bridge
+    try:
+        bridge.uploads.cancel(upload_id, principal().owner)
+    except KbError:
+        logger.warning("could not cancel the failed console upload %s; it expires with the upload TTL", upload_id)
