@@ -223,6 +223,6 @@ def create_app(
     authenticator = Authenticator(settings.mcp, verifier)
     mcp = BearerAuth(mcp, settings.mcp, bridge.metrics.auth_failure, authenticator, challenge)
     # Console pages run the same tool handlers as /mcp: as many at once per process as tool calls.
-    web = serve_wsgi(create_web_app(bridge, authenticator), threads=settings.mcp.thread_pool_size)
+    web = serve_wsgi(create_web_app(bridge, authenticator, available), threads=settings.mcp.thread_pool_size)
     web = BodyLimit(web, BodyLimits.for_settings(settings))
     return BridgeApp(bridge, mcp, web, managers, verifier)

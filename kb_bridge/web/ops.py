@@ -15,7 +15,9 @@ from kb_bridge.errors import KbError
 from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.tokens_file import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
+from kb_bridge.tools import registry
 from kb_bridge.settings import OAuthSettings
+from kb_bridge.tools.spec import ToolSpec
 from kb_bridge.web.body_limit import NOTE_FORM_BYTES, BodyLimits
 from kb_bridge.web import console
 
@@ -54,7 +56,10 @@ def protected_resource_metadata(oauth: OAuthSettings) -> dict[str, object]:
     }
 
 
-def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None) -> Flask:
+def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None,
+                   available: tuple[ToolSpec, ...] = registry.ALL_TOOLS) -> Flask:
+    """The Flask app of everything but /mcp; `available` is the tool set /mcp selects from, so the console
+    offers the same tools."""
     app = Flask("kb_bridge.web")
     # Each path's own limit is enforced in front of Flask, before the body is read (web/body_limit.py);
     # Flask's are only a backstop, so they must let the largest of them through: an upload, and a note's
@@ -63,7 +68,7 @@ def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None) -
     app.config["MAX_CONTENT_LENGTH"] = limits.largest
     app.config["MAX_FORM_MEMORY_SIZE"] = NOTE_FORM_BYTES
     keys = metrics_keys(bridge)
-    console.register(app, bridge, authenticator or Authenticator(bridge.settings.mcp))
+    console.register(app, bridge, authenticator or Authenticator(bridge.settings.mcp), available)
 
     @app.get("/healthz")
     def healthz() -> ResponseReturnValue:
