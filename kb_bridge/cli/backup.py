@@ -15,11 +15,11 @@ import json
 import os
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from kb_bridge.cli.exits import OK, USAGE, Failed, add_command
+from kb_bridge.cli.progress import Progress
 
 DATABASE = "engine.sqlite3"
 UPLOADS = "uploads"
@@ -27,8 +27,8 @@ PAGES_PER_STEP = 1024
 
 
 def add_arguments(commands: Any) -> None:
-    backup = commands.add_parser(
-        "backup", help="copy a running local engine's store to DIR (consistent; the engine keeps serving)",
+    backup = add_command(
+        commands, "backup", run_backup, help="copy a running local engine's store to DIR (consistent; the engine keeps serving)",
         description="Copy the local engine's SQLite database (its WAL included) as of one moment, and the files "
                     "of jobs still queued, into DIR, while the engine keeps serving reads and writes.",
         epilog="The data directory is --data, else KB_ENGINE_DATA, else the engine's default. "
@@ -45,24 +45,21 @@ def run_backup(args: argparse.Namespace) -> int:
     source = data / DATABASE
     target: Path = args.dir
     if not source.is_file():
-        print(f"kb-bridge backup: no local engine database at {source} (set --data or KB_ENGINE_DATA; an engine on "
-              "PostgreSQL is backed up with pg_dump)", file=sys.stderr)
-        return 2
+        raise Failed(f"no local engine database at {source} (set --data or KB_ENGINE_DATA; an engine on "
+                     "PostgreSQL is backed up with pg_dump)", USAGE)
     if target.exists() and any(target.iterdir()):
-        print(f"kb-bridge backup: {target} is not empty; give a new or empty directory", file=sys.stderr)
-        return 2
+        raise Failed(f"{target} is not empty; give a new or empty directory", USAGE)
     target.mkdir(parents=True, exist_ok=True)
     try:
         summary = copy_store(source, target)
     except (sqlite3.Error, OSError) as exc:
-        print(f"kb-bridge backup: the copy failed: {exc}", file=sys.stderr)
-        return 1
+        raise Failed(f"the copy failed: {exc}") from exc
     if args.json:
         print(json.dumps(summary))
     else:
         print(f"Backed up {summary['documents']} document(s), {summary['chunks']} chunk(s) and "
               f"{summary['queued_files']} queued file(s) to {target} ({summary['bytes'] / 1e6:.1f} MB).")
-    return 0
+    return OK
 
 
 def copy_store(source: Path, target: Path) -> dict[str, Any]:
@@ -72,13 +69,11 @@ def copy_store(source: Path, target: Path) -> dict[str, Any]:
     with sqlite3.connect(source) as live, sqlite3.connect(temporary) as out:
         live.execute("PRAGMA busy_timeout = 10000")
         pages = live.execute("PRAGMA page_count").fetchone()[0]
-        with tqdm(total=pages, unit="page", desc="backup", file=sys.stderr, disable=None, mininterval=0.5) as bar:
-            def progress(_status: int, remaining: int, total: int) -> None:
-                bar.total = total
-                bar.n = total - remaining
-                bar.refresh()
+        with Progress().phase("backup", pages, "page") as progress:
+            def step(_status: int, remaining: int, total: int) -> None:
+                progress.advance_to(total - remaining, total)
 
-            live.backup(out, pages=PAGES_PER_STEP, progress=progress)
+            live.backup(out, pages=PAGES_PER_STEP, progress=step)
     out_check = sqlite3.connect(temporary)
     try:
         problem = out_check.execute("PRAGMA quick_check").fetchone()[0]

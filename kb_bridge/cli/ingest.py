@@ -14,9 +14,9 @@ from any working directory, and a rerun recognises what it loaded before:
 Hidden files and folders (a name starting with '.') are left out unless named on the command line.
 Symbolic links are followed only inside the paths given; the others are skipped and reported in the
 summary (ingest_files.py says which and why).
-Progress goes to stderr (a bar on a terminal, a line every few seconds otherwise); the summary to stdout.
-The exit code is 0 when every file was added, updated or skipped, 1 when any failed, 2 on a usage or
-configuration error, 130 after Ctrl-C.
+Progress goes to stderr (progress.py: a bar on a terminal, a line every few seconds otherwise); the summary to
+stdout, also after Ctrl-C or a lost engine. The exit code is 0 when every file was added, updated or skipped, 1
+when any failed, 2 on a usage or configuration error, 130 after Ctrl-C (exits.py).
 """
 
 from __future__ import annotations
@@ -34,9 +34,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from kb_bridge import collections
-from kb_bridge.cli.ingest_files import Candidate, SkippedLink, find_files
+from kb_bridge.cli.configured import with_settings
+from kb_bridge.cli.exits import FAILED, OK, USAGE, add_command
+from kb_bridge.cli.ingest_files import Candidate, Found, SkippedLink, find_files
+from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, InvalidArgument, KbError
+from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, KbError
+from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
 BLOCK = 1024 * 1024
@@ -81,70 +85,6 @@ def _blocks(path: Path) -> Iterator[bytes]:
             yield block
 
 
-# --- progress ------------------------------------------------------------------------------------------------
-
-
-class Progress:
-    """Files and bytes sent, then files indexed: a tqdm bar on a terminal, plain lines otherwise."""
-
-    def __init__(self, stream: TextIO, files: int, total_bytes: int, bar: bool) -> None:
-        self._stream = stream
-        self._files = files
-        self._bytes = total_bytes
-        self._bar_enabled = bar
-        self._bar: Any = None
-        self._phase = ""
-        self._done = 0
-        self._last_line = 0.0
-        self._started = time.monotonic()
-
-    def phase(self, name: str, total: int, unit: str) -> None:
-        self.close()
-        self._phase, self._done, self._total, self._unit = name, 0, total, unit
-        self._started = time.monotonic()
-        if self._bar_enabled:
-            from tqdm import tqdm
-
-            scale = unit == "B"
-            self._bar = tqdm(total=total, desc=name, unit=unit, unit_scale=scale, unit_divisor=1024 if scale else 1000,
-                             file=self._stream, dynamic_ncols=True)
-        else:
-            self._line(force=True)
-
-    def advance(self, amount: int, note: str = "") -> None:
-        self._done += amount
-        if self._bar is not None:
-            self._bar.update(amount)
-            if note:
-                self._bar.set_postfix_str(note, refresh=False)
-        else:
-            self._line(note=note)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        elif self._phase:
-            self._line(force=True)
-
-    def _line(self, note: str = "", force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_line < 5:
-            return
-        self._last_line = now
-        elapsed = max(now - self._started, 1e-6)
-        rate = self._done / elapsed
-        eta = f", ETA {int((self._total - self._done) / rate)} s" if rate > 0 and self._done < self._total else ""
-        byte_unit = self._unit == "B"
-        amount = f"{_mib(self._done)}/{_mib(self._total)} MiB" if byte_unit else f"{self._done}/{self._total} {self._unit}"
-        speed = f"{_mib(int(rate))} MiB/s" if byte_unit else f"{rate:.1f} {self._unit}/s"
-        print(f"{self._phase}: {amount}, {speed}{eta}{'; ' + note if note else ''}", file=self._stream, flush=True)
-
-
-def _mib(value: int) -> str:
-    return f"{value / (1024 * 1024):.1f}"
-
-
 # --- the run -------------------------------------------------------------------------------------------------
 
 
@@ -162,15 +102,14 @@ class Ingestion:
         self._pending: deque[_Pending] = deque()
 
     def run(self, candidates: Sequence[Candidate]) -> None:
-        self._progress.phase("uploading", sum(c.size for c in candidates), "B")
-        for index, candidate in enumerate(candidates, 1):
-            self._upload(candidate)
-            self._progress.advance(0, f"{index}/{len(candidates)} files")
-        self._progress.phase("indexing", len(self._pending), "files")
-        while self._pending:
-            if not self._settle(self._pending[0]):
-                self._sleep(POLL_SECONDS)
-        self._progress.close()
+        with self._progress.phase("uploading", sum(c.size for c in candidates), "B"):
+            for index, candidate in enumerate(candidates, 1):
+                self._upload(candidate)
+                self._progress.advance(0, f"{index}/{len(candidates)} files")
+            self._progress.phase("indexing", len(self._pending), "files")
+            while self._pending:
+                if not self._settle(self._pending[0]):
+                    self._sleep(POLL_SECONDS)
 
     def _upload(self, candidate: Candidate) -> None:
         try:
@@ -244,7 +183,16 @@ class Ingestion:
 # --- the command ---------------------------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(commands: Any) -> None:
+    parser = add_command(
+        commands, "ingest", with_settings(run_ingest),
+        help="load files and folders into the knowledge base (skips unchanged files, replaces changed ones)",
+        description="Upload every supported file under PATH to the engine (KB_ENGINE_URL, KB_API_KEY) as a bulk "
+                    "job, wait until each is indexed, and print what was added, updated, skipped or failed. "
+                    "A rerun skips what is already stored and continues an interrupted run. Symbolic links "
+                    "are followed only when they point inside the paths given; others are skipped and reported.",
+        epilog="Exit status: 0 all files added, updated or skipped; 1 a file failed or the engine was "
+               "unreachable; 2 a usage or configuration error; 130 interrupted (Ctrl-C).")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files and folders to load")
     parser.add_argument("--collection", default=collections.DEFAULT, metavar="NAME",
                         help=f"the collection to load into (default: {collections.DEFAULT})")
@@ -281,39 +229,32 @@ def print_summary(report: dict[str, Any], stream: TextIO) -> None:
               "engine); run the same command again to continue", file=stream)
 
 
-def run_ingest(args: argparse.Namespace, client: EngineClient, extensions: Sequence[str],
-               stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    extensions = settings.uploads.extensions
     tags = [tag.strip() for tag in args.tags.split(",") if tag.strip()]
-    try:
-        collections.check_name(args.collection, "--collection")
-        collections.check_user_tags(tags, "--tags")
-        found = find_files(args.paths, args.glob, extensions)
-    except InvalidArgument as exc:
-        print(f"kb-bridge ingest: {exc.message}", file=stderr)
-        return 2
-    candidates, ignored = found.candidates, found.unsupported
-    if not candidates:
-        print(f"kb-bridge ingest: no supported files found (types: {', '.join(extensions)})", file=stderr)
+    collections.check_name(args.collection, "--collection")
+    collections.check_user_tags(tags, "--tags")
+    found = find_files(args.paths, args.glob, extensions)
+    if not found.candidates:
+        print(f"kb-bridge ingest: no supported files found (types: {', '.join(extensions)})", file=sys.stderr)
         for link in found.links:
-            print(f"  skipped link: {link.path}: {link.reason}", file=stderr)
-        return 1 if ignored or found.links else 2
-    progress = Progress(stderr, len(candidates), sum(c.size for c in candidates), bar=stderr.isatty())
-    ingestion = Ingestion(client, args.collection, tags, progress)
-    code = 0
+            print(f"  skipped link: {link.path}: {link.reason}", file=sys.stderr)
+        return FAILED if found.unsupported or found.links else USAGE
+    client = EngineClient(settings.engine)
+    ingestion = Ingestion(client, args.collection, tags, Progress())
     try:
-        ingestion.run(candidates)
-    except KeyboardInterrupt:
-        progress.close()
-        code = 130
-    except (EngineUnavailable, EngineAuthFailed) as exc:
-        progress.close()
-        print(f"kb-bridge ingest: {exc.message}", file=stderr)
-        code = 1
-    report = summary(ingestion.outcomes, ignored, len(candidates) - len(ingestion.outcomes), found.links)
+        ingestion.run(found.candidates)
+    finally:  # what was done is reported also when Ctrl-C or a lost engine stopped the run (exits.py says which)
+        client.close()
+        report = _report(args, ingestion, found)
+    return FAILED if report["failed"] else OK
+
+
+def _report(args: argparse.Namespace, ingestion: Ingestion, found: Found) -> dict[str, Any]:
+    report = summary(ingestion.outcomes, found.unsupported, len(found.candidates) - len(ingestion.outcomes),
+                     found.links)
     if args.json:
-        print(json.dumps(report, indent=2), file=stdout)
+        print(json.dumps(report, indent=2))
     else:
-        print_summary(report, stdout)
-    if code:
-        return code
-    return 1 if report["failed"] else 0
+        print_summary(report, sys.stdout)
+    return report

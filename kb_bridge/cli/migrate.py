@@ -21,10 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any
+
+from kb_bridge.cli.exits import FAILED, OK, USAGE, Failed, add_command, hint
+from kb_bridge.cli.progress import Progress
 
 if TYPE_CHECKING:
     from kb_bridge.local_engine.store.base import StoredDocument
@@ -32,9 +35,19 @@ if TYPE_CHECKING:
 
 BATCH = 200
 PROG = "kb-bridge migrate"
+Skip = Callable[[object, str], None]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(commands: Any) -> None:
+    parser = add_command(
+        commands, "migrate", run_migrate,
+        help="copy a local engine's SQLite store into PostgreSQL (ids, versions, vectors kept)",
+        description="Copy documents, chunks, vectors (no re-embedding), tags and versions from a local engine's "
+                    "SQLite data directory into a PostgreSQL database for KB_ENGINE_DATABASE_URL. Resumable and "
+                    "idempotent: a rerun copies only what is missing. Counts are compared at the end.",
+        epilog="Exit status: 0 copied and the counts match; 1 a document was skipped (named on stderr), counts "
+               "differ or the database failed; 2 usage error (a bad --to URL, a --from-sqlite that is not a sound "
+               "engine store); 130 interrupted (run it again to continue).")
     parser.add_argument("--from-sqlite", required=True, metavar="DIR", type=Path,
                         help="the engine's data directory (the one holding engine.sqlite3)")
     parser.add_argument("--to", required=True, metavar="URL",
@@ -43,114 +56,121 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the final counts as JSON")
 
 
-def run_migrate(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    try:
-        import psycopg
-    except ImportError:
-        print(f"{PROG}: needs the PostgreSQL driver: pip install 'kb-bridge[postgres]'", file=err)
-        return 2
-    from kb_bridge.cli.ingest import Progress
+def run_migrate(args: argparse.Namespace) -> int:
+    _check_driver()
     from kb_bridge.local_engine import database_url
-    from kb_bridge.local_engine.errors import ConfigError, EngineError
-    from kb_bridge.local_engine.store.postgres import importing, prepare_database
-    from kb_bridge.local_engine.store.postgres.db import Database
+    from kb_bridge.local_engine.errors import ConfigError
     from kb_bridge.local_engine.store.sqlite import export
 
     source_path = args.from_sqlite / "engine.sqlite3"
     if not source_path.is_file():
-        print(f"{PROG}: --from-sqlite: no engine.sqlite3 in {args.from_sqlite}", file=err)
-        return 2
+        raise Failed(f"--from-sqlite: no engine.sqlite3 in {args.from_sqlite}", USAGE)
     try:
         database_url.check(args.to, "--to")
     except ConfigError as exc:
-        print(f"{PROG}: {exc.message}", file=err)
-        return 2
+        raise Failed(exc.message, USAGE) from None
     try:  # the whole source is checked before PostgreSQL is touched
         source = export.open_readonly(source_path)
         export.check(source)
         expected = export.totals(source)
         embedding = export.embedding(source)
     except (ConfigError, sqlite3.Error) as exc:
-        print(f"{PROG}: --from-sqlite: {source_path}: {_reason(exc)}", file=err)
-        return 2
+        raise Failed(f"--from-sqlite: {source_path}: {_reason(exc)}", USAGE) from None
     identity, dim = embedding if embedding is not None else (None, None)
     with_vectors = dim is not None and expected["vectors"] > 0
-    progress = Progress(err, 0, 0, bar=err.isatty())
     skipped: list[dict[str, object]] = []
+    with _failures(source_path), hint("run it again to continue"), Progress() as progress:
+        def skip(document_id: object, reason: str) -> None:
+            # An id is an integer in a store the engine wrote; a hand-made file may hold anything there.
+            shown = document_id if isinstance(document_id, int) else repr(document_id)[:40]
+            skipped.append({"id": shown, "reason": reason})
+            progress.say(f"{PROG}: document {shown} skipped: {reason}")
 
-    lead = "\n" if err.isatty() else ""  # below the bar, not on its line
-
-    def skip(document_id: object, reason: str) -> None:
-        # An id is an integer in a store the engine wrote; a hand-made file may hold anything there.
-        shown = document_id if isinstance(document_id, int) else repr(document_id)[:40]
-        skipped.append({"id": shown, "reason": reason})
-        print(f"{lead}{PROG}: document {shown} skipped: {reason}", file=err)
-
-    copied = 0
-    try:
-        prepare_database(args.to)
-        target = Database(args.to)
-        with target.connection() as conn:
-            importing.prepare(conn, identity if with_vectors else None, dim)
-        progress.phase("copying", expected["documents"], "documents")
-        if expected["vectors"] > 100_000:
-            print("the vector index is built once everything is copied: a few minutes per million vectors",
-                  file=err)
-        for batch in export.all_documents(source, BATCH):
-            documents: list[StoredDocument] = []
-            for item in batch:
-                reason = item.reason if isinstance(item, export.Unreadable) else importing.refusal(item)
-                if reason is None and not isinstance(item, export.Unreadable):
-                    documents.append(item)
-                else:
-                    skip(item.id, reason or "")
-            copied += _copy(target, documents, with_vectors, skip)
-            progress.advance(len(batch), f"{copied} copied")
-        with target.write() as conn:
-            importing.finish(conn)
-        print("vacuuming and analysing the copied tables, so the first searches run at full speed", file=err)
-        with target.connection() as conn:
-            importing.settle(conn)
-            found = importing.totals(conn, with_vectors)
-        target.close()
-    except KeyboardInterrupt:
-        progress.close()
-        print(f"{PROG}: interrupted; run it again to continue", file=err)
-        return 130
-    except EngineError as exc:
-        progress.close()
-        print(f"{PROG}: {exc.message}", file=err)
-        return 1
-    except sqlite3.Error as exc:  # the source failed while being read; what was copied stays (a rerun resumes)
-        progress.close()
-        print(f"{PROG}: --from-sqlite: {source_path}: cannot be read: {_reason(exc)}", file=err)
-        return 1
-    except psycopg.Error as exc:  # the target refused a step other than one document (its schema, the index)
-        progress.close()
-        print(f"{PROG}: PostgreSQL refused the migration: {_reason(exc)}", file=err)
-        return 1
-    progress.close()
+        copied, found = _migrate(args.to, source, expected, identity if with_vectors else None, dim, progress, skip)
     if not with_vectors:
         expected["vectors"] = 0
-    matches = all(found[key] >= expected[key] for key in expected)
-    ok = matches and not skipped
+    ok = all(found[key] >= expected[key] for key in expected) and not skipped
+    _print_report(args, source_path, copied, skipped, expected, found, ok)
+    return OK if ok else FAILED
+
+
+def _check_driver() -> None:
+    try:
+        import psycopg  # noqa: F401 - only whether it is installed
+    except ImportError:
+        raise Failed("needs the PostgreSQL driver: pip install 'kb-bridge[postgres]'", USAGE) from None
+
+
+@contextmanager
+def _failures(source_path: Path) -> Iterator[None]:
+    """The copy's failures as one line each (exit 1); what was copied stays, and a rerun resumes."""
+    import psycopg
+
+    from kb_bridge.local_engine.errors import EngineError
+
+    try:
+        yield
+    except EngineError as exc:
+        raise Failed(exc.message, FAILED) from exc
+    except sqlite3.Error as exc:  # the source failed while being read
+        raise Failed(f"--from-sqlite: {source_path}: cannot be read: {_reason(exc)}", FAILED) from exc
+    except psycopg.Error as exc:  # the target refused a step other than one document (its schema, the index)
+        raise Failed(f"PostgreSQL refused the migration: {_reason(exc)}", FAILED) from exc
+
+
+def _migrate(url: str, source: sqlite3.Connection, expected: dict[str, int], identity: str | None, dim: int | None,
+             progress: Progress, skip: Skip) -> tuple[int, dict[str, int]]:
+    """Copy every document of the source into the database at `url`: (how many were copied, the target's counts)."""
+    from kb_bridge.local_engine.store.postgres import importing, prepare_database
+    from kb_bridge.local_engine.store.postgres.db import Database
+    from kb_bridge.local_engine.store.sqlite import export
+
+    with_vectors = identity is not None
+    prepare_database(url)
+    target = Database(url)
+    with target.connection() as conn:
+        importing.prepare(conn, identity, dim)
+    progress.phase("copying", expected["documents"], "documents")
+    if expected["vectors"] > 100_000:
+        progress.say("the vector index is built once everything is copied: a few minutes per million vectors")
+    copied = 0
+    for batch in export.all_documents(source, BATCH):
+        documents: list[StoredDocument] = []
+        for item in batch:
+            reason = item.reason if isinstance(item, export.Unreadable) else importing.refusal(item)
+            if reason is None and not isinstance(item, export.Unreadable):
+                documents.append(item)
+            else:
+                skip(item.id, reason or "")
+        copied += _copy(target, documents, with_vectors, skip)
+        progress.advance(len(batch), f"{copied} copied")
+    with target.write() as conn:
+        importing.finish(conn)
+    progress.say("vacuuming and analysing the copied tables, so the first searches run at full speed")
+    with target.connection() as conn:
+        importing.settle(conn)
+        found = importing.totals(conn, with_vectors)
+    target.close()
+    return copied, found
+
+
+def _print_report(args: argparse.Namespace, source_path: Path, copied: int, skipped: list[dict[str, object]],
+                  expected: dict[str, int], found: dict[str, int], ok: bool) -> None:
+    from kb_bridge.local_engine import database_url
+
     target_url = database_url.redacted(args.to)
-    report = {"source": str(source_path), "target": target_url, "copied": copied, "skipped": skipped,
-              "expected": expected, "found": found, "ok": ok}
     if args.json:
-        print(json.dumps(report), file=out)
-    else:
-        print(f"copied {copied} document(s) to {target_url}"
-              + (f"; skipped {len(skipped)} (named above): {', '.join(str(s['id']) for s in skipped)}" if skipped else ""),
-              file=out)
-        for key in ("documents", "chunks", "vectors", "tags"):
-            mark = "ok" if found[key] >= expected[key] else "MISSING"
-            print(f"  {key:<9} sqlite {expected[key]:>9}  postgresql {found[key]:>9}  {mark}", file=out)
-    return 0 if ok else 1
+        print(json.dumps({"source": str(source_path), "target": target_url, "copied": copied, "skipped": skipped,
+                          "expected": expected, "found": found, "ok": ok}))
+        return
+    print(f"copied {copied} document(s) to {target_url}"
+          + (f"; skipped {len(skipped)} (named above): {', '.join(str(s['id']) for s in skipped)}" if skipped else ""))
+    for key in ("documents", "chunks", "vectors", "tags"):
+        mark = "ok" if found[key] >= expected[key] else "MISSING"
+        print(f"  {key:<9} sqlite {expected[key]:>9}  postgresql {found[key]:>9}  {mark}")
 
 
-def _copy(target: Database, documents: Sequence[StoredDocument], with_vectors: bool,
-          skip: Callable[[object, str], None]) -> int:
+def _copy(target: Database, documents: Sequence[StoredDocument], with_vectors: bool, skip: Skip) -> int:
     """Copy the documents not yet in the target, in one transaction; if PostgreSQL refuses that, one
     transaction per document, so that only the documents it refuses are skipped (and reported)."""
     import psycopg

@@ -9,6 +9,7 @@ import secrets
 import sys
 
 from kb_bridge.auth.tokens_file import NAME_PATTERN, parse_collections, parse_scopes, toml_entry
+from kb_bridge.cli.exits import OK, USAGE, Failed
 
 
 def _items(value: str) -> list[str]:
@@ -29,8 +30,7 @@ def new_token(args: argparse.Namespace) -> int:
                 raise ValueError("--collections: give at least one collection name, or leave the option out for all")
             parse_collections(collection_list, "--collections")
     except ValueError as exc:
-        print(f"kb-bridge token new: {exc}", file=sys.stderr)
-        return 2
+        raise Failed(str(exc), USAGE) from None
     token = secrets.token_urlsafe(32)
     digest = hashlib.sha256(token.encode()).hexdigest()
     scopes = list(dict.fromkeys(scope_list))
@@ -39,10 +39,10 @@ def new_token(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"name": args.name, "token": token, "sha256": digest, "scopes": scopes,
                           "collections": collections, "toml": entry}))
-        return 0
+        return OK
     # stdout holds exactly the token, a blank line and the entry (easy to script); the guidance goes to stderr.
     print(f"The first line is the token for {args.name}: give it to the agent now, it is not stored and not "
           "shown again. Paste the [[token]] entry into the file KB_MCP_TOKENS_FILE points at and restart "
           "the bridge.", file=sys.stderr)
     print(f"{token}\n\n{entry}", end="")
-    return 0
+    return OK

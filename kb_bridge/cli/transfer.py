@@ -32,10 +32,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from kb_bridge import collections, shapes
+from kb_bridge.cli.configured import with_settings
+from kb_bridge.cli.exits import FAILED, OK, add_command, hint
 from kb_bridge.cli.import_records import Record, read_records
+from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, InvalidArgument, KbError, NotFound
 from kb_bridge.settings import Settings
@@ -46,20 +47,22 @@ WAIT_SECONDS = 600.0
 
 
 def add_arguments(commands: Any) -> None:
-    export = commands.add_parser("export", help="write every document (or one collection's) to a JSONL file",
-                                 description="One JSON object per document, files with their original bytes "
-                                             "(base64). Read back with `kb-bridge import`.")
+    export = add_command(commands, "export", with_settings(run_export),
+                         help="write every document (or one collection's) to a JSONL file",
+                         description="One JSON object per document, files with their original bytes (base64). "
+                                     "Read back with `kb-bridge import`.")
     export.add_argument("file", metavar="FILE.jsonl", type=Path)
     export.add_argument("--collection", help="only this collection")
-    importing = commands.add_parser("import", help="add the documents of a JSONL export to the knowledge base (idempotent)",
-                                    description="Queue every record of an export as a note or an upload and wait "
-                                                "until each is indexed. Records already stored (same content in "
-                                                "the same collection) are skipped, and each job's Idempotency-Key "
-                                                "comes from its record: a rerun, even after Ctrl-C, never adds a "
-                                                "record twice. Invalid lines are reported by number and skipped.",
-                                    epilog="Exit status: 0 every record added or skipped; 1 a record was invalid or "
-                                           "failed (the others were imported), or the engine was unreachable; "
-                                           "2 usage error; 130 interrupted (run it again to finish).")
+    importing = add_command(commands, "import", with_settings(run_import),
+                            help="add the documents of a JSONL export to the knowledge base (idempotent)",
+                            description="Queue every record of an export as a note or an upload and wait until "
+                                        "each is indexed. Records already stored (same content in the same "
+                                        "collection) are skipped, and each job's Idempotency-Key comes from its "
+                                        "record: a rerun, even after Ctrl-C, never adds a record twice. Invalid "
+                                        "lines are reported by number and skipped.",
+                            epilog="Exit status: 0 every record added or skipped; 1 a record was invalid or "
+                                   "failed (the others were imported), or the engine was unreachable; "
+                                   "2 usage error; 130 interrupted (run it again to finish).")
     importing.add_argument("file", metavar="FILE.jsonl", type=Path)
     importing.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -70,41 +73,26 @@ def _client(settings: Settings) -> EngineClient:
     return EngineClient(dataclasses.replace(settings.engine, max_response_bytes=max(room, settings.engine.max_response_bytes)))
 
 
-def _bar(total: int | None, unit: str, description: str) -> tqdm[Any]:
-    scale = unit == "B"
-    return tqdm(total=total, unit=unit, desc=description, file=sys.stderr, disable=None, mininterval=0.5,
-                unit_scale=scale, unit_divisor=1024 if scale else 1000)
-
-
 # --- export -------------------------------------------------------------------------------------------
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
+    tag = collections.tag_for(args.collection) if args.collection else None
     client = _client(settings)
     target: Path = args.file
     temporary = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
-        tag = collections.tag_for(args.collection) if args.collection else None
         written = 0
-        with open(temporary, "w", encoding="utf-8") as out:
+        with hint(f"nothing was written to {target}"), open(temporary, "w", encoding="utf-8") as out:
             for record in _records(client, tag):
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 written += 1
         os.replace(temporary, target)
-    except InvalidArgument as exc:
-        print(f"kb-bridge export: {exc.message}", file=sys.stderr)
-        return 2
-    except KbError as exc:
-        print(f"kb-bridge export: {exc.code}: {exc.message}; nothing was written to {target}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"kb-bridge export: interrupted; nothing was written to {target}", file=sys.stderr)
-        return 130
     finally:
         temporary.unlink(missing_ok=True)
         client.close()
     print(f"Exported {written} document(s) to {target}.", file=sys.stderr)
-    return 0
+    return OK
 
 
 def _pages(client: EngineClient, tag: str | None = None) -> Iterator[tuple[list[Any], int | None]]:
@@ -123,11 +111,10 @@ def _pages(client: EngineClient, tag: str | None = None) -> Iterator[tuple[list[
 def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:
     """Every document once (newest update first; one that changes during the export is taken once)."""
     seen: set[int] = set()
-    bar = None
-    try:
-        for page, total in _pages(client, tag):
-            if bar is None:
-                bar = _bar(total, "doc", "export")
+    with Progress() as progress:
+        for index, (page, total) in enumerate(_pages(client, tag)):
+            if index == 0:
+                progress.phase("export", total, "doc")
             for listed in page:
                 document_id = listed.get("id") if isinstance(listed, dict) else None
                 if not isinstance(document_id, int) or document_id in seen:
@@ -136,10 +123,7 @@ def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:
                 record = _record(client, document_id)
                 if record is not None:
                     yield record
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+                progress.advance(1)
 
 
 def _record(client: EngineClient, document_id: int) -> dict[str, Any] | None:
@@ -208,23 +192,16 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
         size = _size(args.file)
         stored = _stored_contents(client)
         pending: dict[int, int] = {}  # job id -> line
-        with _bar(size, "B", "import") as bar:
-            for record in read_records(args.file, report.fail, bar.update):
+        with hint("what was sent stays queued in the engine: run the same command again to finish (it adds no "
+                  "record twice)"), Progress() as progress:
+            progress.phase("import", size, "B")
+            for record in read_records(args.file, report.fail, progress.advance):
                 _send(client, record, stored, pending, report)
                 del record  # its bytes go before the next line is read
-        print(f"kb-bridge import: {len(pending)} record(s) in the engine's queue; waiting until they are indexed",
-              file=sys.stderr, flush=True)
-        _wait(client, pending, report)
-    except InvalidArgument as exc:
-        print(f"kb-bridge import: {exc.message}", file=sys.stderr)
-        return 2
-    except KbError as exc:
-        print(f"kb-bridge import: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("kb-bridge import: interrupted; what was sent stays queued in the engine: run the same command "
-              "again to finish (it adds no record twice)", file=sys.stderr)
-        return 130
+            progress.close()
+            progress.say(f"kb-bridge import: {len(pending)} record(s) in the engine's queue; waiting until they "
+                         "are indexed")
+            _wait(client, pending, report, progress)
     finally:
         client.close()
     summary = report.as_dict()
@@ -234,7 +211,7 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
         print(f"Imported {report.added}, skipped {report.skipped} already stored, failed {len(report.failed)}.")
         for failure in summary["failed"]:
             print(f"  line {failure['line']}: {failure['reason']}")
-    return 1 if report.failed else 0
+    return FAILED if report.failed else OK
 
 
 def _size(path: Path) -> int:
@@ -317,11 +294,11 @@ def _deleted(client: EngineClient, document_id: int | None) -> bool:
     return False
 
 
-def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport) -> None:
+def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport, progress: Progress) -> None:
     """Wait for every queued job: each done one is added, each failed one reported with its line."""
     deadline = time.monotonic() + WAIT_SECONDS
     delay = 0.05
-    with _bar(len(pending), "job", "indexing") as bar:
+    with progress.phase("indexing", len(pending), "job"):
         while pending and time.monotonic() < deadline:
             for job_id in list(pending):
                 job = shapes.job(client.get_job(job_id))
@@ -332,7 +309,7 @@ def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport) -
                 else:
                     continue
                 del pending[job_id]
-                bar.update(1)
+                progress.advance(1)
             if pending:
                 time.sleep(delay)  # polling the engine's queue; bounded by the deadline
                 delay = min(delay * 2, 1.0)

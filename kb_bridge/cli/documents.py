@@ -1,73 +1,70 @@
-"""Commands for people: `kb-bridge search | add | get | delete`, on the very handlers the MCP tools run
-(kb_search, kb_addnote, kb_get, kb_delete), against the engine at KB_ENGINE_URL with KB_API_KEY.
+"""The knowledge base from a terminal: `kb-bridge search | add | get | delete`, on the very handlers the MCP
+tools run (kb_search, kb_addnote, kb_get, kb_delete), against the engine at KB_ENGINE_URL with KB_API_KEY.
 
 Exit status: 0 success; 1 not found, refused, or the engine failed; 2 a usage error (argparse's own, or an
-argument the tool's validation refuses, named as the tool names it).
+argument the tool's validation refuses, named as the tool names it). exits.py maps the errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kb_bridge.cli.configured import with_settings
+from kb_bridge.cli.exits import FAILED, OK, add_command
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import InvalidArgument, KbError
 from kb_bridge.settings import Settings
 from kb_bridge.tools import registry
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.uploads.factory import make_upload_store
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+Handler = Callable[[ToolContext, argparse.Namespace], int]
+
+
+def _with_tools(handler: Handler) -> Callable[[argparse.Namespace], int]:
+    """`handler(ctx, args)` as a command: the tools' context built from the settings, its engine closed after."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        ctx = ToolContext(engine=EngineClient(settings.engine), uploads=make_upload_store(settings), settings=settings)
+        try:
+            return handler(ctx, args)
+        finally:
+            ctx.engine.close()
+
+    return with_settings(run)
 
 
 def add_arguments(commands: Any) -> None:
-    search = commands.add_parser("search", help="search the knowledge base (a table; --json for the results)",
-                                 description="Search as kb_search does: hybrid by default.")
+    search = add_command(commands, "search", _with_tools(_search),
+                         help="search the knowledge base (a table; --json for the results)",
+                         description="Search as kb_search does: hybrid by default.")
     search.add_argument("query", metavar="QUERY")
     search.add_argument("--collection", help="only this collection (e.g. memory)")
     search.add_argument("--top", type=int, default=10, help="how many results (default 10, at most 50)")
     search.add_argument("--mode", choices=("hybrid", "fts", "vector"), help="search mode (default hybrid)")
     search.add_argument("--json", action="store_true", help="print the results as JSON")
 
-    add = commands.add_parser("add", help="add a note (TEXT, or - to read it from stdin) and wait until it is searchable")
+    add = add_command(commands, "add", _with_tools(_add),
+                      help="add a note (TEXT, or - to read it from stdin) and wait until it is searchable")
     add.add_argument("text", metavar="TEXT|-")
     add.add_argument("--collection", default="documents", help="collection (default documents; memory for agent memory)")
     add.add_argument("--title", help="title (default: from the text)")
     add.add_argument("--tags", help="comma-separated tags")
     add.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    get = commands.add_parser("get", help="show one document: metadata and text")
+    get = add_command(commands, "get", _with_tools(_get), help="show one document: metadata and text")
     get.add_argument("document_id", metavar="ID", type=int)
     get.add_argument("--json", action="store_true", help="print the document as JSON")
 
-    delete = commands.add_parser("delete", help="delete one document for good")
+    delete = add_command(commands, "delete", _with_tools(_delete), help="delete one document for good")
     delete.add_argument("document_id", metavar="ID", type=int)
     delete.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def _context(settings: Settings) -> ToolContext:
-    return ToolContext(engine=EngineClient(settings.engine), uploads=make_upload_store(settings), settings=settings)
-
-
-def run_people_command(args: argparse.Namespace, settings: Settings) -> int:
-    commands: dict[str, Callable[[ToolContext, argparse.Namespace], int]] = {
-        "search": _search, "add": _add, "get": _get, "delete": _delete,
-    }
-    ctx = _context(settings)
-    try:
-        return commands[args.command](ctx, args)
-    except InvalidArgument as exc:
-        print(f"kb-bridge {args.command}: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
-    except KbError as exc:
-        print(f"kb-bridge {args.command}: {exc.code}: {exc.message}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        ctx.engine.close()
 
 
 def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
@@ -78,7 +75,7 @@ def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     result = registry.call(ctx, "kb_search", arguments)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
-        return EXIT_OK
+        return OK
     rows = [
         (f"{hit['score']:.3f}" if isinstance(hit.get("score"), (int, float)) else "-", str(hit["document_id"]),
          hit.get("collection") or "-", hit.get("title") or hit.get("source_path") or "(untitled)",
@@ -87,9 +84,9 @@ def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     ]
     if not rows:
         print(f"No results for {args.query!r}.")
-        return EXIT_OK
+        return OK
     print(table(("score", "id", "collection", "title", "snippet"), rows))
-    return EXIT_OK
+    return OK
 
 
 def table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
@@ -120,7 +117,7 @@ def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
         print(f"Added document #{result['document_id']} to {result['collection']}.")
     else:
         print(f"Queued as job {result['job_id']} ({result['status']}); it becomes searchable when the job is done.")
-    return EXIT_OK
+    return OK
 
 
 def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
@@ -128,14 +125,14 @@ def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
     document = result["documents"][0]
     if args.json:
         print(json.dumps(document, ensure_ascii=False))
-        return EXIT_OK
+        return OK
     tags = ", ".join(document["tags"]) or "-"
     print(f"# {document['title'] or document['source_path'] or 'Document ' + str(document['id'])}\n")
     print(f"id {document['id']} · {document['doc_type'] or '?'} · collection {document['collection'] or '-'} · "
           f"tags {tags} · version {document['version']}")
     print(f"source {document['source_path'] or '-'} · updated {document['updated_at'] or '?'}\n")
     print(document.get("content") or "")
-    return EXIT_OK
+    return OK
 
 
 def _delete(ctx: ToolContext, args: argparse.Namespace) -> int:
@@ -146,4 +143,4 @@ def _delete(ctx: ToolContext, args: argparse.Namespace) -> int:
         print(f"Deleted document #{args.document_id}.")
     else:
         print(f"kb-bridge delete: document {args.document_id} not found", file=sys.stderr)
-    return EXIT_OK if result["deleted"] else EXIT_FAILED
+    return OK if result["deleted"] else FAILED

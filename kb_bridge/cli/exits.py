@@ -1,0 +1,76 @@
+"""Errors to exit codes, for every `kb-bridge` command, in one place.
+
+A command returns its own outcome (0, or 1 when something it reports failed) and raises for the rest; `run`
+prints one line on stderr, `kb-bridge COMMAND: what happened`, and exits with:
+
+- 0 done; 1 failed: the engine (a KbError: its code and message), a file (OSError), the target;
+- 2 a usage or configuration error: an argument refused (InvalidArgument), a KB_* setting (SettingsError);
+- 130 interrupted (Ctrl-C).
+
+A command words its own failures with `Failed(message, code)`, and adds what the reader should know on any
+error or Ctrl-C that leaves a block with `hint()` ("nothing was written to FILE").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kb_bridge.errors import InvalidArgument, KbError, SettingsError
+
+OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
+
+
+class Failed(Exception):
+    """A failure the command words itself: `kb-bridge COMMAND: message`, exit status `code`."""
+
+    def __init__(self, message: str, code: int = FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@contextmanager
+def hint(text: str) -> Iterator[None]:
+    """Add `; text` to the line `run` prints for an error or Ctrl-C that leaves the block."""
+    try:
+        yield
+    except BaseException as exc:
+        exc.add_note(text)
+        raise
+
+
+def add_command(commands: Any, name: str, func: Callable[[argparse.Namespace], int],
+                **options: Any) -> argparse.ArgumentParser:
+    """A subcommand of `commands` (argparse's subparsers) that `run` runs as `func(args)`."""
+    parser: argparse.ArgumentParser = commands.add_parser(name, **options)
+    parser.set_defaults(func=func, prog=parser.prog)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command argparse chose (`set_defaults(func=...)`) and give its exit status."""
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt as exc:
+        return _say(args, "interrupted", exc, INTERRUPTED)
+    except SettingsError as exc:
+        print(f"kb-bridge: configuration error: {exc}", file=sys.stderr)
+        return USAGE
+    except InvalidArgument as exc:
+        return _say(args, exc.message, exc, USAGE)
+    except KbError as exc:
+        return _say(args, f"{exc.code}: {exc.message}", exc, FAILED)
+    except Failed as exc:
+        return _say(args, exc.message, exc, exc.code)
+    except OSError as exc:
+        return _say(args, str(exc), exc, FAILED)
+
+
+def _say(args: argparse.Namespace, message: str, exc: BaseException, code: int) -> int:
+    notes = getattr(exc, "__notes__", [])
+    print("; ".join([f"{args.prog}: {message}", *notes]), file=sys.stderr, flush=True)
+    return code
