@@ -514,6 +514,7 @@ def test_an_unreachable_issuer_is_logged_and_keeps_the_door_shut(engine: Service
 def test_a_tokens_file_with_a_bad_entry_stops_the_bridge_naming_it(tmp_path: Path, content: str, named: str) -> None:
     path = tmp_path / "tokens.toml"
     path.write_text(content)
+    path.chmod(0o600)  # so that only the bad entry, not the file's mode, stops the bridge
     done = subprocess.run([sys.executable, "-m", "kb_bridge", "serve"], capture_output=True, text=True, timeout=60,
                           cwd=REPO, env=clean_env({"KB_MCP_TOKENS_FILE": str(path), "KB_BIND": f"127.0.0.1:{free_port()}"}))
     assert done.returncode == 2

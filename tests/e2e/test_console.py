@@ -62,6 +62,7 @@ def console(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     tokens = tmp / "tokens.toml"
     tokens.write_text(f'[[token]]\nname = "reader"\nsha256 = "{hashlib.sha256(READER.encode()).hexdigest()}"\n'
                       'scopes = ["kb:read"]\n')
+    tokens.chmod(0o600)  # the bridge refuses a tokens file others can write, whatever the umask
     bridge = start_bridge(tmp, {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": ADMIN,
                                 "KB_MCP_TOKENS_FILE": str(tokens)}, workers=2)
     shots = tmp / "screenshots"
@@ -354,6 +355,7 @@ def test_a_token_removed_from_the_tokens_file_ends_its_console_session(
     kept, removed = f"kept-token-{SUFFIX}-0123456789abcdef", f"removed-token-{SUFFIX}-0123456789abcdef"
     tokens = tmp_path / "tokens.toml"
     tokens.write_text(tokens_toml(kept=(kept, '["kb:read"]'), removed=(removed, '["kb:read"]')))
+    tokens.chmod(0o600)
     env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_TOKENS_FILE": str(tokens)}
     if store == "redis":
         env["KB_UPLOAD_STORE"] = request.getfixturevalue("redis_url")
@@ -383,6 +385,7 @@ UPLOADER = f"uploader-token-{SUFFIX}-0123456789abcdef"
 def test_console_uploads_count_against_the_per_caller_upload_limits(console: Console, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text(tokens_toml(uploader=(UPLOADER, '["kb:read", "kb:write"]')))
+    tokens.chmod(0o600)
     bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": console.engine.url, "KB_API_KEY": ENGINE_KEY,
                                      "KB_MCP_TOKENS_FILE": str(tokens), "KB_UPLOAD_MAX_PER_CALLER": "1",
                                      "KB_UPLOAD_MAX_STAGED_BYTES": "4096"}, workers=1)
