@@ -1,8 +1,8 @@
 """Metrics: a small interface the bridge reports through, and its Prometheus implementation.
 
 Under gunicorn every worker is a process of its own, so the Prometheus client runs in
-multiprocess mode: gunicorn_config.py points PROMETHEUS_MULTIPROC_DIR at a fresh directory
-before any worker starts, each worker writes its samples there, and /metrics (served by
+multiprocess mode: serving/gunicorn.py (run by gunicorn.conf.py) points PROMETHEUS_MULTIPROC_DIR
+at a fresh directory before any worker starts, each worker writes its samples there, and /metrics (served by
 whichever worker takes the scrape) merges all of them. Upload figures are read from the shared
 upload store at scrape time, so they are the same whichever worker answers.
 """

@@ -41,9 +41,9 @@ class EngineConfig:
     embedder: str = "auto"
     # Load the model before serving (True) or in the background while full-text search already works.
     wait_for_model: bool = False
-    # How queries are embedded (query_model.py): "auto" takes bfloat16 where this CPU runs it faster with
-    # the same vectors (cosine >= 0.9999), else float32; one torch thread: on 2 busy cores vector search
-    # p95 was 20-37 ms with one, 90-536 ms with two (docs/benchmarks.md).
+    # How queries are embedded (embedding/query_model.py): "auto" takes bfloat16 where this CPU runs it faster
+    # with the same vectors, else float32; one torch thread, the fastest on 2 busy cores (docs/benchmarks.md,
+    # "What was tried, and what was chosen": query embedding latency).
     query_precision: str = "auto"
     query_threads: int = 1
     # Where the model runs (embedding/device.py): auto takes CUDA, then MPS, then the CPU.
@@ -58,23 +58,23 @@ class EngineConfig:
     max_json_bytes: int = 32 * MiB
     chunk_chars: int = 1000
     chunk_overlap: int = 150
-    # Chunks per model call; several jobs' chunks share a call (ingest/worker.py). 16 was the fastest in
-    # float32 on 2 CPU cores (bench/ingestion.py, docs/benchmarks.md).
+    # Chunks per model call; several jobs' chunks share a call (ingest/worker.py). 16, among the fastest in
+    # float32 on 2 CPU cores (docs/benchmarks.md, "Ingestion at the speed of the model").
     embed_batch_size: int = 16
     # Copies of the model that embed documents side by side, each on its own thread (embedding/document_pool.py);
     # 0: one per core up to 4 on a CPU, one on a GPU.
     embed_workers: int = 0
-    # Hybrid fusion (fusion.py): "convex" sums cosine and BM25-share-of-its-ceiling with these weights;
-    # "rrf" sums weight / (rrf_k + rank). Chosen and tuned on SciFact's train claims (docs/benchmarks.md):
-    # convex 1:1 0.749 nDCG@10; rrf 0.736 at k = 5, 0.727 at k = 60. 200 candidates instead of 100 gained
-    # 0.001 (noise) and cost BM25 time; 50 lost 0.003.
+    # Hybrid fusion (search/fusion.py): "convex" sums cosine and BM25-share-of-its-ceiling with these weights;
+    # "rrf" sums weight / (rrf_k + rank). convex 1:1 over 100 candidates scored best on SciFact's train claims
+    # (docs/benchmarks.md, "What was tried, and what was chosen": fusion).
     fusion: str = "convex"
     rrf_k: int = 5
     candidates: int = 100
     fts_weight: float = 1.0
     vector_weight: float = 1.0
     # How many times a document's title is indexed with each chunk: a title word then counts about that
-    # many times a body word. SciFact, hybrid nDCG@10 by FTS5 title weight: 1 0.747, 2 0.749, 3 0.745.
+    # many times a body word; 2 scored best on SciFact (docs/benchmarks.md, "What was tried, and what was
+    # chosen": BM25 title weight).
     # Part of the full-text index's layout: changing it rebuilds the index at the next start.
     bm25_title_weight: int = 2
     # Below this many vectors, vector search compares with every vector (exact, about 1 ms at 20k);

@@ -1,7 +1,7 @@
 """The engine's one exception hierarchy; the HTTP layer turns each into the contract's error body.
 
 Every error carries the stable `code` and HTTP `status` of docs/engine-api.md, so the translation is a single
-handler (http_errors.py). Messages are written by us and safe to show a client.
+handler (api/errors.py). Messages are written by us and safe to show a client.
 """
 
 from __future__ import annotations

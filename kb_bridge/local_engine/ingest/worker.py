@@ -60,10 +60,8 @@ AHEAD_WINDOWS = 2
 # The most jobs and chunks one transaction stores.
 GROUP_JOBS = 512
 GROUP_CHUNKS = 20_000
-# How long finished bulk work waits for more to write with it. One transaction per model call made the
-# store thread commit ~50 times a second when the model is fast; its commits (SQLite, tantivy, the HNSW
-# log) then took CPU and cache from the model's threads on 2 cores (docs/benchmarks.md, "Where the CPU
-# goes"). Half a second is nothing to a bulk load and is never paid by interactive work.
+# How long finished bulk work waits for more to write with it: fewer commits beside a fast model, never paid
+# by interactive work (docs/benchmarks.md, "Ingestion at the speed of the model").
 GROUP_WAIT_SECONDS = 0.5
 _TICK = 0.5
 

@@ -32,20 +32,16 @@ from .base import Ranking
 
 EXACT_BELOW = 20_000
 EXACT_SUBSET = 20_000
-# 32 links per node, a build beam of 128 and a search beam of 512: recall@10 0.981 at a million vectors for
-# about 3 ms a search and 1.5 GB; the earlier graph (16 links, beams 64 and 128) reached only 0.82 there,
-# and no search beam lifted that graph past 0.93 (docs/benchmarks.md, "ANN recall@10"). A graph saved with
-# other links is rebuilt at start (`restore`), so an upgrade gets the better graph once.
+# The graph that meets recall@10 0.98 at a million vectors (docs/benchmarks.md, "ANN recall@10 at a million:
+# how the graph got there"). A graph saved with other links is rebuilt at start (`restore`).
 CONNECTIVITY = 32
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 512
 # A filtered search asks the graph for this many times the share of the index it needs.
 OVERSAMPLE = 4
-# usearch's cosines differ from the exact product of the same float16 vectors by about 1e-5, enough to swap
-# near-tied neighbours at a million vectors: even its exhaustive search agrees with exact top 10 on only 99.3 %,
-# and the graph's candidates re-scored exactly lift recall@10 from 0.980 to 0.985 (bench/ann_probe.py --rerank,
-# docs/benchmarks.md). So every search takes RESCORE times the candidates it needs and ranks them by the exact
-# float32 product of their stored vectors: the scores are then the numbers `similarities` gives.
+# usearch's cosines can reorder near-tied neighbours (docs/benchmarks.md, same section), so every search takes
+# RESCORE times the candidates it needs and ranks them by the exact float32 product of their stored vectors:
+# the scores are then the numbers `similarities` gives.
 RESCORE = 2
 _MAX_ASK = 20_000
 MANIFEST_SUFFIX = ".json"
