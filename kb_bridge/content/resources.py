@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from kb_bridge import collections, shapes
 from kb_bridge.auth.principal import Principal
@@ -139,7 +139,3 @@ def listing(engine: EngineClient, principal: Principal, heading: str, collection
         title = d["title"] or d["source_path"] or f"document {d['id']}"
         lines.append(f"- [{title}]({document_uri(d['id'])}) · {d['doc_type'] or '?'} · updated {d['updated_at'] or '?'}")
     return "\n".join(lines) + "\n"
-
-
-def tag_uri(tag: str) -> str:
-    return f"kb://tag/{quote(tag, safe='')}"

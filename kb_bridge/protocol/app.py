@@ -137,7 +137,6 @@ class BridgeApp:
                  verifier: OAuthVerifier | None = None) -> None:
         self.bridge = bridge
         self._verifier = verifier
-        self._priming: asyncio.Future[bool] | None = None
         self._mcp = mcp
         self._web = web
         self._managers = managers
@@ -169,7 +168,7 @@ class BridgeApp:
                 _warn_if_open(self.bridge.settings)
                 if self._verifier is not None:
                     # Fetch the issuer's keys now, off the event loop, so a problem is logged at start.
-                    self._priming = asyncio.get_running_loop().run_in_executor(None, self._verifier.prime)
+                    asyncio.get_running_loop().run_in_executor(None, self._verifier.prime)
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown
                 logger.info("shutting down: finishing in-flight tool calls")

@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -74,12 +73,3 @@ class PostgresServer:
                 self._server.cleanup()
             self._server = None
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def running_postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()

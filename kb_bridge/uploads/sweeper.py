@@ -29,10 +29,6 @@ class Sweeper:
             self._thread = threading.Thread(target=self._run, args=(self._stop,), name="kb-upload-sweeper", daemon=True)
             self._thread.start()
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:
