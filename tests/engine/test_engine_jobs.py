@@ -15,6 +15,9 @@ from flask.testing import FlaskClient
 from kb_bridge.local_engine.store.sqlite import schema as migrations
 from .helpers import API, add_note, error_code, make_docx, make_pdf, upload, wait_job
 
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
 
 def test_note_job_is_accepted_at_once_and_produces_a_document(client: FlaskClient) -> None:
     response = client.post(f"{API}/jobs", json={"text": "remember the milk", "tags": ["collection:memory"],

@@ -13,6 +13,9 @@ from kb_bridge.local_engine.store.text_index import TextIndex
 
 from .helpers import API, Sample, add_note, error_code, upload, wait_job
 
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
 
 def search(client: FlaskClient, **body: object) -> dict:
     response = client.post(f"{API}/search", json=body)
