@@ -1,5 +1,5 @@
 """Independent MCP checks for CI: the official conformance suite against a bridge on loopback
-(no auth: the suite sends none), then the MCP Inspector CLI calling kb_search with a bearer token and
+(no auth: the suite sends none), at both protocol eras, then the MCP Inspector CLI calling kb_search with a bearer token and
 checking tools/list for schema portability findings (there must be none).
 
 Usage (from the repository root, inside the project's virtual environment, after
@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 NODE_MODULES = REPO / ".ci" / "node" / "node_modules"
 TOKEN = "ci-inspector-token-0123456789abcdef"
+ERAS = ("2026-07-28", "2025-11-25")
 
 
 def node22() -> str:
@@ -45,12 +46,16 @@ def main() -> int:
         try:
             bridge = start_bridge(tmp, {"KB_ENGINE_URL": engine.url}, workers=2)
             try:
-                done = run([node, conformance, "server", "--url", bridge.url + "/mcp",
-                            "--expected-failures", str(REPO / ".ci" / "conformance-baseline.yml"), "-o", str(tmp / "conformance")])
-                print(done.stdout[-4000:], done.stderr[-2000:])
-                if done.returncode != 0:
-                    print("conformance: FAILED (a scenario outside the baseline failed, or the baseline is stale)")
-                    failures += 1
+                # Every scenario of the pinned release (--suite all: pending and draft ones too), in both
+                # protocol eras, against one per-check baseline of the checks that need the suite's fixtures.
+                for era in ERAS:
+                    done = run([node, conformance, "server", "--url", bridge.url + "/mcp", "--suite", "all",
+                                "--spec-version", era, "--expected-failures", str(REPO / ".ci" / "conformance-baseline.yml"),
+                                "-o", str(tmp / f"conformance-{era}")])
+                    print(done.stdout[-4000:], done.stderr[-2000:])
+                    if done.returncode != 0:
+                        print(f"conformance {era}: FAILED (a check outside the baseline failed, or the baseline is stale)")
+                        failures += 1
             finally:
                 bridge.stop()
             bridge = start_bridge(tmp, {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN}, workers=2)

@@ -20,6 +20,13 @@ def header(scope: Mapping[str, Any], name: bytes) -> bytes | None:
     return None
 
 
+def trimmed_headers(scope: Scope) -> Scope:
+    """The scope with each header value's leading and trailing spaces and tabs removed: RFC 9110 section 5.5
+    says they are not part of the value, and the HTTP parser under uvicorn keeps trailing ones, so an
+    `Mcp-Name: kb_search ` header would not match its body's name (the MCP SDK compares them as given)."""
+    return {**scope, "headers": [(key, bytes(value).strip(b" \t")) for key, value in scope.get("headers", ())]}
+
+
 async def send_json(send: Send, status: int, body: Any, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]

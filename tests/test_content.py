@@ -58,7 +58,7 @@ async def test_read_collection_and_tag_listings(client: Client, engine: response
 async def test_bad_resource_uris_are_invalid_params(client: Client, uri: str) -> None:
     with pytest.raises(MCPError) as caught:
         await client.read_resource(uri)
-    assert caught.value.error.code == -32602
+    assert caught.value.error.code == -32602 and caught.value.error.data["uri"] == uri  # SEP-2164
 
 
 async def test_missing_document_resource_is_not_found(client: Client, engine: responses.RequestsMock) -> None:
@@ -66,6 +66,7 @@ async def test_missing_document_resource_is_not_found(client: Client, engine: re
     with pytest.raises(MCPError) as caught:
         await client.read_resource("kb://document/9")
     assert caught.value.error.code == -32002 and "not found" in caught.value.error.message  # MCP: resource not found
+    assert caught.value.error.data["uri"] == "kb://document/9"  # SEP-2164
 
 
 async def test_prompts_are_listed_with_arguments(client: Client) -> None:

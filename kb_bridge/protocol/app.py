@@ -21,7 +21,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 
 from kb_bridge.access_log import AccessLog
-from kb_bridge.asgi_messages import header, send_json
+from kb_bridge.asgi_messages import header, send_json, trimmed_headers
 from kb_bridge.auth.bearer import Authenticator, BearerAuth, Challenge
 from kb_bridge.auth.oauth import OAuthVerifier
 from kb_bridge.auth.principal import ALL_SCOPES, Principal, principal_of
@@ -91,7 +91,7 @@ class McpEndpoint:
             return await receive()
 
         wants_sse = self._mode == "sse" or (self._mode == "auto" and b'"progressToken"' in body)
-        await (self._sse if wants_sse else self._json)(scope, replay, send)
+        await (self._sse if wants_sse else self._json)(trimmed_headers(scope), replay, send)
 
     async def _read(self, receive: Any) -> bytes | None:
         """The whole body, or None as soon as it passes the limit."""

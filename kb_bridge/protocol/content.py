@@ -27,16 +27,17 @@ T = TypeVar("T")
 RESOURCE_NOT_FOUND = -32002
 
 
-async def _translated(work: Callable[[], Awaitable[T]]) -> T:
+async def _translated(work: Callable[[], Awaitable[T]], uri: str | None = None) -> T:
     """Errors → a JSON-RPC error, once: a malformed request is INVALID_PARAMS, an unknown resource
-    RESOURCE_NOT_FOUND, any other KbError INTERNAL_ERROR with our message; a bug is logged and answered
-    INTERNAL_ERROR without detail (never an exception's own text)."""
+    RESOURCE_NOT_FOUND (either naming the `uri` asked for in its data, as SEP-2164 asks), any other KbError
+    INTERNAL_ERROR with our message; a bug is logged and answered INTERNAL_ERROR without detail (never an
+    exception's own text)."""
     try:
         return await work()
     except InvalidArgument as exc:
-        raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data=exc.to_dict()) from None
+        raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data=_with_uri(exc, uri)) from None
     except NotFound as exc:
-        raise MCPError(code=RESOURCE_NOT_FOUND, message=exc.message, data=exc.to_dict()) from None
+        raise MCPError(code=RESOURCE_NOT_FOUND, message=exc.message, data=_with_uri(exc, uri)) from None
     except KbError as exc:
         raise MCPError(code=types.INTERNAL_ERROR, message=exc.message, data=exc.to_dict()) from None
     except MCPError:
@@ -44,6 +45,10 @@ async def _translated(work: Callable[[], Awaitable[T]]) -> T:
     except Exception:
         logger.exception("a resources/prompts/completions request failed unexpectedly")
         raise MCPError(code=types.INTERNAL_ERROR, message="an internal error occurred; it has been logged") from None
+
+
+def _with_uri(exc: KbError, uri: str | None) -> dict[str, object]:
+    return exc.to_dict() if uri is None else {**exc.to_dict(), "uri": uri}
 
 
 def readable_by(ctx: Ctx) -> Principal:
@@ -102,7 +107,7 @@ class ContentHandlers:
                 contents=[types.TextResourceContents(uri=params.uri, mime_type=resources.MARKDOWN, text=text)]
             )
 
-        return await _translated(work)
+        return await _translated(work, uri=params.uri)
 
     async def list_prompts(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return self._prompts

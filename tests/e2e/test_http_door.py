@@ -106,6 +106,40 @@ def test_8_unknown_protocol_version_header_is_400(bridge: Service) -> None:
     assert post(bridge, headers={"MCP-Protocol-Version": "1999-01-01"}).status_code == 400
 
 
+def _raw_modern_call(bridge: Service, tool: str, name_header: bytes) -> tuple[int, dict[str, object]]:
+    """A 2026-07-28 tools/call whose Mcp-Name header is sent byte for byte (requests refuses leading spaces)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}}).encode()
+    host, port = bridge.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.putrequest("POST", "/mcp")
+        for key, value in [*HEADERS.items(), ("Authorization", f"Bearer {TOKEN}"), ("MCP-Protocol-Version", "2026-07-28"),
+                           ("Mcp-Method", "tools/call"), ("Content-Length", str(len(body)))]:
+            connection.putheader(key, value)
+        connection.putheader("Mcp-Name", name_header)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("name_header", [b" kb_status", b"kb_status \t", b"\t kb_status  "])
+def test_8_spaces_around_the_mcp_name_header_are_not_part_of_it(bridge: Service, name_header: bytes) -> None:
+    """RFC 9110 section 5.5 (the 2026-07-28 conformance suite's http-header-validation): the call is served,
+    not refused as a header mismatch; the engine is down here, so the tool itself reports that."""
+    status, reply = _raw_modern_call(bridge, "kb_status", name_header)
+    assert status == 200 and "error" not in reply, reply
+    assert reply["result"]["isError"] is True  # type: ignore[index]
+
+
+def test_8_an_mcp_name_header_naming_another_tool_is_still_refused(bridge: Service) -> None:
+    status, reply = _raw_modern_call(bridge, "kb_status", b" kb_search ")
+    assert status == 400 and reply["error"]["code"] == -32020  # type: ignore[index]
+
+
 def test_9_non_json_content_type_is_rejected(bridge: Service) -> None:
     assert post(bridge, headers={"Content-Type": "text/plain"}).status_code in (400, 415)
 
