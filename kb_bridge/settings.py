@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from kb_bridge.auth.tokens_file import NamedToken, load_tokens_file
+from kb_bridge.credentials.named_tokens import NamedToken, load_tokens_file
+from kb_bridge.credentials.secret import Secret
 from kb_bridge.errors import SettingsError
 
 T = TypeVar("T")
@@ -27,29 +28,6 @@ LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localho
 LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-class Secret:
-    """A string that never shows itself in a repr, a log line or an f-string by accident."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 @dataclass(frozen=True)
@@ -128,7 +106,7 @@ class McpSettings:
     """The MCP endpoint: auth, transport security, tool surface and concurrency."""
 
     api_keys: tuple[Secret, ...] = ()
-    # KB_MCP_TOKENS_FILE: named tokens with scopes and collections (auth/tokens_file.py), read at load.
+    # KB_MCP_TOKENS_FILE: named tokens with scopes and collections (credentials/named_tokens.py), read at load.
     named_tokens: tuple[NamedToken, ...] = ()
     oauth: OAuthSettings = field(default_factory=OAuthSettings)
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS

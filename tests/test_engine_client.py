@@ -26,7 +26,8 @@ from kb_bridge.errors import (
     UnsupportedType,
 )
 from kb_bridge.client.retry import RetryPolicy
-from kb_bridge.settings import EngineSettings, Secret
+from kb_bridge.credentials.secret import Secret
+from kb_bridge.settings import EngineSettings
 from tests.conftest import API, ENGINE
 from tests.helpers import calls_to, job
 

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from kb_bridge.errors import SettingsError
-from kb_bridge.settings import Secret, is_loopback_host, load_settings
+from kb_bridge.credentials.secret import Secret
+from kb_bridge.settings import is_loopback_host, load_settings
 
 KEY = "agent-token-0123456789abcdef"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb_bridge.auth.bearer import StaticKeys
-from kb_bridge.auth.tokens_file import load_tokens_file
+from kb_bridge.credentials.named_tokens import load_tokens_file
 from kb_bridge.cli import main
 from kb_bridge.errors import SettingsError
 from kb_bridge.settings import load_settings

@@ -2,7 +2,7 @@
 
 Three kinds of token, all accepted at once when configured:
 - KB_MCP_API_KEY: static keys, each a full-access principal named by its caller id;
-- KB_MCP_TOKENS_FILE: named static tokens with scopes and collections (auth/tokens_file.py);
+- KB_MCP_TOKENS_FILE: named static tokens with scopes and collections (credentials/named_tokens.py);
 - KB_OAUTH_ISSUER: JWT access tokens from an authorization server (auth/oauth.py).
 
 Static tokens are compared as SHA-256 digests of their raw bytes in constant time, so a token of any
@@ -24,8 +24,9 @@ import anyio.to_thread
 from kb_bridge.asgi_messages import ASGIApp, Receive, Scope, Send, header, send_json
 from kb_bridge.auth.oauth import InvalidToken, OAuthVerifier, looks_like_jwt
 from kb_bridge.auth.principal import ANONYMOUS, SCOPE_KEY, Principal, caller_id
-from kb_bridge.auth.tokens_file import NamedToken
-from kb_bridge.settings import McpSettings, Secret
+from kb_bridge.credentials.named_tokens import NamedToken
+from kb_bridge.credentials.secret import Secret
+from kb_bridge.settings import McpSettings
 
 logger = logging.getLogger(__name__)
 

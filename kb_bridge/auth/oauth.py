@@ -30,7 +30,8 @@ import jwt
 import requests
 
 from kb_bridge.auth.principal import Principal
-from kb_bridge.auth.tokens_file import KNOWN_SCOPES, parse_collections
+from kb_bridge.credentials.named_tokens import parse_collections
+from kb_bridge.credentials.scopes import KNOWN_SCOPES
 from kb_bridge.settings import OAuthSettings, is_loopback_host
 
 logger = logging.getLogger(__name__)

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kb_bridge.auth.tokens_file import DELETE, READ, WRITE
-from kb_bridge.settings import Secret
+from kb_bridge.credentials.scopes import DELETE, READ, WRITE
+from kb_bridge.credentials.secret import Secret
 
 # Where the HTTP auth middleware leaves the principal for the MCP layer (an ASGI scope key).
 SCOPE_KEY = "kb.principal"
 
-__all__ = ["ALL_SCOPES", "ANONYMOUS", "DELETE", "LOCAL", "READ", "SCOPE_KEY", "WRITE", "Principal", "caller_id", "principal_of"]
+__all__ = ["ALL_SCOPES", "ANONYMOUS", "LOCAL", "SCOPE_KEY", "Principal", "caller_id", "principal_of"]
 
 ALL_SCOPES = frozenset({READ, WRITE, DELETE})
 

@@ -29,7 +29,8 @@ import requests
 
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import KbError
-from kb_bridge.settings import EngineSettings, Secret
+from kb_bridge.credentials.secret import Secret
+from kb_bridge.settings import EngineSettings
 from kb_bridge.uploads.multipart import file_job_body
 
 SAMPLE_MARKER = ".sample-loaded"

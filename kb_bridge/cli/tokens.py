@@ -8,7 +8,8 @@ import json
 import secrets
 import sys
 
-from kb_bridge.auth.tokens_file import NAME_PATTERN, parse_collections, parse_scopes, toml_entry
+from kb_bridge.credentials.named_tokens import NAME_PATTERN, parse_collections, toml_entry
+from kb_bridge.credentials.scopes import parse_scopes
 from kb_bridge.cli.exits import OK, USAGE, Failed
 
 

@@ -15,7 +15,8 @@ from kb_bridge.content import completions, prompts, resources
 from kb_bridge.protocol.caller import request_principal
 from kb_bridge.errors import Forbidden, InvalidArgument, KbError, NotFound
 from kb_bridge.runtime import Bridge
-from kb_bridge.auth.principal import READ, Principal
+from kb_bridge.auth.principal import Principal
+from kb_bridge.credentials.scopes import READ
 
 logger = logging.getLogger(__name__)
 

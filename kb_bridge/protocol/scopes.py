@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from kb_bridge.auth.principal import READ
+from kb_bridge.credentials.scopes import READ
 from kb_bridge.tools.spec import ToolSpec
 
 _BY_METHOD = {

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kb_bridge.auth.principal import DELETE, LOCAL, READ, WRITE, Principal
+from kb_bridge.auth.principal import LOCAL, Principal
+from kb_bridge.credentials.scopes import DELETE, READ, WRITE
 from kb_bridge.tools.arguments import ArgumentParser
 
 if TYPE_CHECKING:

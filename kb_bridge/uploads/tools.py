@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from kb_bridge.auth.principal import WRITE
+from kb_bridge.credentials.scopes import WRITE
 from kb_bridge import collections, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, KbError, StorageError, StorageFull, UploadIncomplete
 from kb_bridge.tools import arguments as a

@@ -13,7 +13,7 @@ from kb_bridge import __version__
 from kb_bridge.client.versions import engine_version, version_problem
 from kb_bridge.errors import KbError
 from kb_bridge.auth.bearer import Authenticator
-from kb_bridge.auth.tokens_file import KNOWN_SCOPES
+from kb_bridge.credentials.scopes import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools import registry
 from kb_bridge.settings import OAuthSettings

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from kb_bridge.auth.principal import caller_id
-from kb_bridge.settings import Secret
+from kb_bridge.credentials.secret import Secret
 from kb_bridge.testing.mcp_http import error_code, modern_call
 from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
 from kb_bridge.testing.standin import StandInEngine

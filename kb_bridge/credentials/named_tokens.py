@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import collections as collection_names
+from kb_bridge.credentials.scopes import parse_scopes
 from kb_bridge.errors import InvalidArgument
-
-READ, WRITE, DELETE = "kb:read", "kb:write", "kb:delete"
-KNOWN_SCOPES = (READ, WRITE, DELETE)
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -41,17 +39,8 @@ class NamedToken:
     collections: frozenset[str] | None  # None: every collection
 
 
-def parse_scopes(values: Iterable[str], where: str) -> frozenset[str]:
-    """kb:* scope names, each known; ValueError naming `where` otherwise."""
-    scopes = set()
-    for value in values:
-        if value not in KNOWN_SCOPES:
-            raise ValueError(f"{where}: unknown scope {value!r} (known: {', '.join(KNOWN_SCOPES)})")
-        scopes.add(value)
-    return frozenset(scopes)
-
-
 def parse_collections(values: Iterable[str], where: str) -> frozenset[str]:
+    """Collection names, each valid; ValueError naming `where` otherwise (auth/oauth.py checks a JWT's claim with it too)."""
     names = set()
     for value in values:
         try:
