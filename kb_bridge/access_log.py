@@ -6,42 +6,31 @@ duration_ms, client), or for a tool call the tool's own event, `mcp_tool_success
 engine answered attempt by attempt), with the same HTTP fields and `request_ms`. Over stdio there is no
 HTTP request, so the tool event is written on its own.
 
-Context variables carry a request's id, its pending access fields and its engine trail across the event
-loop and into the worker thread that runs the handler (asgiref copies the context).
+Context variables carry a request's pending access fields and its engine trail across the event loop and
+into the worker thread that runs the handler (asgiref copies the context); its id is request_id.py's, which
+the log formatters read too.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any
 
+from kb_bridge import request_id
 from kb_bridge.auth.principal import SCOPE_KEY, Principal
+from kb_bridge.logs import ACCESS_LOGGER
 
-logger = logging.getLogger("kb_bridge.access")
+logger = logging.getLogger(ACCESS_LOGGER)
 
-request_id: ContextVar[str | None] = ContextVar("kb_request_id", default=None)
 _engine_trail: ContextVar[list[str] | None] = ContextVar("kb_engine_trail", default=None)
 _fields: ContextVar[dict[str, Any] | None] = ContextVar("kb_access_fields", default=None)
-
-_ACCEPTABLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-def new_request_id(offered: str | None = None) -> str:
-    """The caller's X-Request-Id when it is a sane token (to join logs across services), else a new one."""
-    if offered is not None and _ACCEPTABLE_ID.fullmatch(offered):
-        return offered
-    # Ids need to be unique, not secret: the module PRNG (reseeded in each forked worker) costs no
-    # system call, unlike secrets/os.urandom, and this runs on every request.
-    return f"{random.getrandbits(64):016x}"
 
 
 def note_engine_outcome(outcome: str) -> None:
@@ -101,8 +90,8 @@ class AccessLog:
             await self._app(scope, receive, send)
             return
         offered = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
-        rid = new_request_id(offered)
-        request_id.set(rid)
+        rid = request_id.new(offered)
+        request_id.current.set(rid)
         fields: dict[str, Any] = {}
         _fields.set(fields)
         started = time.perf_counter()

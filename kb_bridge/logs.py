@@ -16,10 +16,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kb_bridge import access_log
+from kb_bridge import request_id
 from kb_bridge.redaction import NO_SECRETS, Redactor
 
 FIELDS = "fields"
+# The logger of the bridge's access lines (access_log.py), named here because its lines are redacted apart.
+ACCESS_LOGGER = "kb_bridge.access"
 
 # Secrets this process knows (set where logging is configured): no piece of one reaches a line. Lines are
 # redacted whole, except the access line, whose only text from outside is the request path (it is on every
@@ -30,7 +32,7 @@ _redact: Redactor = NO_SECRETS
 def _redacted(record: logging.LogRecord, line: str, fields: dict[str, Any]) -> str:
     if not _redact:
         return line
-    if record.name == access_log.logger.name and not record.exc_info:
+    if record.name == ACCESS_LOGGER and not record.exc_info:
         path = fields.get("path")
         if isinstance(path, str) and _redact(path) != path:
             return line.replace(path, _redact(path))
@@ -61,7 +63,7 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process or os.getpid(),
             "msg": record.getMessage(),
         }
-        rid = access_log.request_id.get()
+        rid = request_id.current.get()
         if rid is not None:
             entry["request_id"] = rid
         fields = fields_of(record)
