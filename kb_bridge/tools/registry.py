@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from kb_bridge.errors import Forbidden, SettingsError
 from kb_bridge.settings import McpSettings
-from kb_bridge.tools import browse, documents, notes, related, search, status
+from kb_bridge.tools import browse, documents, notes, related, search, status, uploads
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
-from kb_bridge.uploads import tools as uploads
 
 ALL_TOOLS: tuple[ToolSpec, ...] = (
     *search.TOOLS,
