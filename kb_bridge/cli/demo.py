@@ -261,6 +261,7 @@ class Demo:
 
     def _print_connection_help(self, token: str) -> None:
         url = f"http://127.0.0.1:{self.port}/mcp"
+        engine_key = (self.data / "engine-key").read_text().strip()
         # The absolute path: Claude Desktop does not see this virtual environment's PATH.
         command = Path(sys.executable).parent / "kb-bridge"
         desktop = {
@@ -268,8 +269,7 @@ class Demo:
                 "kb": {
                     "command": str(command) if command.exists() else "kb-bridge",
                     "args": ["stdio"],
-                    "env": {"KB_ENGINE_URL": f"http://127.0.0.1:{self.engine_port}",
-                            "KB_API_KEY": (self.data / "engine-key").read_text().strip()},
+                    "env": {"KB_ENGINE_URL": f"http://127.0.0.1:{self.engine_port}", "KB_API_KEY": engine_key},
                 }
             }
         }
@@ -277,6 +277,10 @@ class Demo:
         say("kb-bridge is ready.")
         say(f"  MCP URL:   {url}")
         say(f"  Token:     {token}")
+        say(f"  Console:   http://127.0.0.1:{self.port}/ui/  (sign in with the token above)")
+        say("")
+        say("Command line (kb-bridge search, add, get, ingest, export, ...), in another shell:")
+        say(f"  export KB_ENGINE_URL=http://127.0.0.1:{self.engine_port} KB_API_KEY={engine_key}")
         say("")
         say("Claude Code:")
         say(f'  claude mcp add --transport http kb {url} --header "Authorization: Bearer {token}"')

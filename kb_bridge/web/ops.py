@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, jsonify, redirect, request
 from flask.typing import ResponseReturnValue
 
 from kb_bridge import __version__
@@ -69,6 +69,13 @@ def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None,
     app.config["MAX_FORM_MEMORY_SIZE"] = NOTE_FORM_BYTES
     keys = metrics_keys(bridge)
     console.register(app, bridge, authenticator or Authenticator(bridge.settings.mcp), available)
+
+    @app.get("/")
+    def index() -> ResponseReturnValue:
+        """A browser goes to the console; any other client gets a JSON map of where things are."""
+        if request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html":
+            return redirect("/ui/", 302)
+        return jsonify(name="kb-bridge", version=__version__, mcp="/mcp", console="/ui/", health="/healthz")
 
     @app.get("/healthz")
     def healthz() -> ResponseReturnValue:

@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.e2e.mcp_client import connect
 from kb_bridge.testing.processes import REPO, child_pids, clean_env, free_port, http_ok, wait_until
+from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.files import minimal_pdf
 
 pytestmark = pytest.mark.anyio
@@ -38,6 +40,7 @@ async def test_demo_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> N
         token = re.search(r"Token:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         assert f"claude mcp add --transport http kb {url}" in text and '"mcpServers"' in text
         base = url.removesuffix("/mcp")
+        check_the_printed_console_command_line_and_paths(text, base, token)
         async with connect(base, token) as client:
             runbook = await client.call_tool("kb_search", {"query": "how do I undo a bad deployment", "collection": "documents", "top": 3})
             assert runbook.structured_content["results"][0]["title"] == "release-runbook.md"
@@ -78,6 +81,24 @@ async def test_demo_runs_the_whole_system_and_stops_cleanly(tmp_path: Path) -> N
                         os.kill(int(pid), signal.SIGKILL)
                 demo.kill()
                 demo.wait(10)
+
+
+def check_the_printed_console_command_line_and_paths(text: str, base: str, token: str) -> None:
+    """Everything else the demo prints works: the console URL signs in with the printed token, `GET /` leads a
+    browser there, the `export` line runs the command line against the demo's engine, the logs path exists."""
+    console = re.search(r"Console:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+    assert console == base + "/ui/"
+    assert "release-runbook.md" in ConsoleClient(console, token).get("/search", params={"q": "undo a bad deployment"}).text
+    browser = requests.get(base + "/", headers={"Accept": "text/html,*/*;q=0.8"}, allow_redirects=False, timeout=10)
+    assert browser.status_code == 302 and browser.headers["Location"].endswith("/ui/")
+    assert requests.get(base + "/", timeout=10).json()["mcp"] == "/mcp"  # a JSON client keeps a JSON answer
+    exported = dict(re.findall(r"(KB_ENGINE_URL|KB_API_KEY)=(\S+)", re.search(r"export (.+)", text).group(1)))  # type: ignore[union-attr]
+    found = subprocess.run([sys.executable, "-m", "kb_bridge", "search", "undo a bad deployment", "--json"],
+                           env=clean_env(exported), capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert found.returncode == 0, found.stderr
+    assert "release-runbook.md" in found.stdout
+    logs = Path(re.search(r"Logs: (\S+?)\. Press", text).group(1))  # type: ignore[union-attr]
+    assert (logs / "bridge.log").is_file() and (logs / "engine.log").is_file()
 
 
 # --- stopping and restarting: signals at any moment, the same ports at once, one demo per directory ----------
