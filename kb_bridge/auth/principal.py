@@ -44,6 +44,12 @@ class Principal:
             return self.name
         return hashlib.sha256(f"{self.kind}:{self.name}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
+    @property
+    def display_name(self) -> str:
+        """Who this is, for a person to read: a named token's name, a JWT's subject, "API key" for the
+        bridge's own key (whose `name` is a digest, kept for logs and upload ownership)."""
+        return {"api_key": "API key", "local": "local user"}.get(self.kind, self.name)
+
     def can(self, scope: str) -> bool:
         return scope in self.scopes
 

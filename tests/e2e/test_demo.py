@@ -88,7 +88,8 @@ def check_the_printed_console_command_line_and_paths(text: str, base: str, token
     browser there, the `export` line runs the command line against the demo's engine, the logs path exists."""
     console = re.search(r"Console:\s+(\S+)", text).group(1)  # type: ignore[union-attr]
     assert console == base + "/ui/"
-    assert "release-runbook.md" in ConsoleClient(console, token).get("/search", params={"q": "undo a bad deployment"}).text
+    page = ConsoleClient(console, token).get("/search", params={"q": "undo a bad deployment"}).text
+    assert "release-runbook.md" in page and '<span class="who">API key</span>' in page  # not the key's digest
     browser = requests.get(base + "/", headers={"Accept": "text/html,*/*;q=0.8"}, allow_redirects=False, timeout=10)
     assert browser.status_code == 302 and browser.headers["Location"].endswith("/ui/")
     assert requests.get(base + "/", timeout=10).json()["mcp"] == "/mcp"  # a JSON client keeps a JSON answer
