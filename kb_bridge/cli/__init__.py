@@ -24,7 +24,7 @@ from kb_bridge.uploads.factory import check_staging
 
 
 def _parser() -> argparse.ArgumentParser:
-    from kb_bridge.cli import backup, documents, ingest, migrate, transfer
+    from kb_bridge.cli import backup, browsing, documents, ingest, migrate, transfer
 
     parser = argparse.ArgumentParser(
         prog="kb-bridge",
@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_arguments(commands)
     _add_token(commands)
     documents.add_arguments(commands)
+    browsing.add_arguments(commands)
     transfer.add_arguments(commands)
     backup.add_arguments(commands)
 

@@ -1,4 +1,5 @@
-"""The knowledge base from a terminal: `kb-bridge search | add | get | delete`, on the very handlers the MCP
+"""The knowledge base from a terminal: `kb-bridge search | add | get | delete` (and browsing.py: list, collections,
+tags, jobs), on the very handlers the MCP
 tools run (kb_search, kb_addnote, kb_get, kb_delete), against the engine at KB_ENGINE_URL with KB_API_KEY.
 
 Exit status: 0 success; 1 not found, refused, or the engine failed; 2 a usage error (argparse's own, or an
@@ -26,7 +27,7 @@ from kb_bridge.uploads.factory import make_upload_store
 Handler = Callable[[ToolContext, argparse.Namespace], int]
 
 
-def _with_tools(handler: Handler) -> Callable[[argparse.Namespace], int]:
+def with_tools(handler: Handler) -> Callable[[argparse.Namespace], int]:
     """`handler(ctx, args)` as a command: the tools' context built from the settings, its engine closed after."""
 
     @functools.wraps(handler)
@@ -41,7 +42,7 @@ def _with_tools(handler: Handler) -> Callable[[argparse.Namespace], int]:
 
 
 def add_arguments(commands: Any) -> None:
-    search = add_command(commands, "search", _with_tools(_search),
+    search = add_command(commands, "search", with_tools(_search),
                          help="search the knowledge base (a table; --json for the results)",
                          description="Search as kb_search does: hybrid by default.")
     search.add_argument("query", metavar="QUERY")
@@ -50,7 +51,7 @@ def add_arguments(commands: Any) -> None:
     search.add_argument("--mode", choices=("hybrid", "fts", "vector"), help="search mode (default hybrid)")
     search.add_argument("--json", action="store_true", help="print the results as JSON")
 
-    add = add_command(commands, "add", _with_tools(_add),
+    add = add_command(commands, "add", with_tools(_add),
                       help="add a note (TEXT, or - to read it from stdin) and wait until it is searchable")
     add.add_argument("text", metavar="TEXT|-")
     add.add_argument("--collection", default="documents", help="collection (default documents; memory for agent memory)")
@@ -58,11 +59,11 @@ def add_arguments(commands: Any) -> None:
     add.add_argument("--tags", help="comma-separated tags")
     add.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    get = add_command(commands, "get", _with_tools(_get), help="show one document: metadata and text")
+    get = add_command(commands, "get", with_tools(_get), help="show one document: metadata and text")
     get.add_argument("document_id", metavar="ID", type=int)
     get.add_argument("--json", action="store_true", help="print the document as JSON")
 
-    delete = add_command(commands, "delete", _with_tools(_delete), help="delete one document for good")
+    delete = add_command(commands, "delete", with_tools(_delete), help="delete one document for good")
     delete.add_argument("document_id", metavar="ID", type=int)
     delete.add_argument("--json", action="store_true", help="print the result as JSON")
 

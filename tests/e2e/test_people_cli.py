@@ -78,6 +78,35 @@ def test_add_search_get_delete_and_their_exit_codes(engine: Service) -> None:
     assert kb(engine, "add", "x", "--collection", "Not A Name").returncode == 2
 
 
+def test_list_collections_tags_and_jobs(engine: Service) -> None:
+    collection = f"{COLLECTION}-browse"
+    ids = [json.loads(kb(engine, "add", f"Swifts sleep on the wing {SUFFIX} {n}.", "--collection", collection,
+                         "--tags", f"swifts-{SUFFIX}", "--json").stdout)["document_id"] for n in range(3)]
+
+    listed = kb(engine, "list", "--collection", collection, "--limit", "2")
+    assert listed.returncode == 0, listed.stderr
+    header, _rule, *rows, _blank, summary = listed.stdout.splitlines()
+    assert header.split() == ["id", "collection", "updated", "title"] and len(rows) == 2
+    assert summary == "2 of 3 document(s)."
+    every = json.loads(kb(engine, "list", "--collection", collection, "--tag", f"swifts-{SUFFIX}", "--json").stdout)
+    assert sorted(d["id"] for d in every["documents"]) == sorted(ids) and every["total"] == 3
+    assert json.loads(kb(engine, "list", "--tag", f"no-such-tag-{SUFFIX}", "--json").stdout)["documents"] == []
+
+    collections = json.loads(kb(engine, "collections", "--json").stdout)["collections"]
+    assert {"name": collection, "documents": 3} in [{k: c[k] for k in ("name", "documents")} for c in collections]
+    assert collection in kb(engine, "collections").stdout
+
+    tags = json.loads(kb(engine, "tags", "--json").stdout)["tags"]
+    assert {"name": f"swifts-{SUFFIX}", "documents": 3} in tags
+    assert not [t for t in tags if t["name"].startswith("collection:")]  # those are the collections
+
+    done = json.loads(kb(engine, "jobs", "--status", "done", "--limit", "100", "--json").stdout)["jobs"]
+    assert set(ids) <= {j["document_id"] for j in done} and {j["status"] for j in done} == {"done"}
+    assert kb(engine, "jobs").stdout.split()[:6] == ["job", "type", "status", "created", "document", "file"]
+    assert kb(engine, "jobs", "--status", "sleeping").returncode == 2
+    assert kb(engine, "list", "--collection", "Not A Name").returncode == 2
+
+
 SCORE_TOLERANCE = 0.02
 
 
