@@ -1,6 +1,6 @@
-"""The knowledge base from a terminal: `kb-bridge search | add | get | delete` (and browsing.py: list, collections,
-tags, jobs), on the very handlers the MCP
-tools run (kb_search, kb_addnote, kb_get, kb_delete), against the engine at KB_ENGINE_URL with KB_API_KEY.
+"""The knowledge base from a terminal: `kb-bridge search | add | get | delete`, on the very handlers the MCP
+tools run (kb_search, kb_addnote, kb_get, kb_delete), against the engine at KB_ENGINE_URL with KB_API_KEY
+(browsing.py adds list, collections, tags and jobs the same way).
 
 Exit status: 0 success; 1 not found, refused, or the engine failed; 2 a usage error (argparse's own, or an
 argument the tool's validation refuses, named as the tool names it). exits.py maps the errors.
