@@ -185,15 +185,26 @@ def test_delete_asks_first(browser: Any, console: Console) -> None:
 def test_upload_until_searchable_and_the_jobs_page(browser: Any, console: Console, tmp_path: Path) -> None:
     upload = tmp_path / f"dunlin-{SUFFIX}.md"
     upload.write_text(f"# Dunlin {SUFFIX}\n\nDunlins gather in swirling flocks on estuaries in winter.\n")
+    second = tmp_path / f"knot-{SUFFIX}.txt"
+    second.write_text(f"Knots {SUFFIX} feed on mudflats in tight packs.\n")
+    console.add_note(f"Sanderlings {SUFFIX} run along the surf line.", "Sanderlings")  # the collection exists
     page = signed_in(browser, console)
     page.get_by_role("link", name="Upload").click()
-    page.get_by_label("File").set_input_files(str(upload))
+    picker = page.get_by_label("Files")
+    assert picker.get_attribute("accept") == ".txt,.md,.pdf,.html,.docx" and picker.get_attribute("multiple") is not None
+    assert page.get_by_label("Collection").input_value() == "documents"  # preselected, whatever sorts first
+    picker.set_input_files([str(upload), str(second)])
     page.get_by_label("Collection").select_option(COLLECTION)
+    page.get_by_label("Tags").fill(f"shorebirds-{SUFFIX}, estuary")
     page.get_by_role("button", name="Upload").click()
-    status = page.locator("#upload-status")
-    playwright_api.expect(status).to_contain_text("Indexed and searchable", timeout=120_000)
+    jobs = page.locator("#upload-jobs li")
+    playwright_api.expect(jobs).to_have_count(2)
+    for item in (jobs.nth(0), jobs.nth(1)):
+        playwright_api.expect(item).to_contain_text("Indexed and searchable", timeout=120_000)
     shot(console, page, "upload")
-    page.get_by_role("searchbox", name="Search").count()  # not on this page; search from the nav
+    document_id = int(jobs.nth(1).get_by_role("link").get_attribute("href").rsplit("/", 1)[1])
+    stored = console.document(document_id)
+    assert stored is not None and {f"collection:{COLLECTION}", f"shorebirds-{SUFFIX}", "estuary"} <= set(stored["tags"])
     page.get_by_role("link", name="Search").click()
     page.get_by_role("searchbox", name="Search").fill("swirling flocks on estuaries")
     page.keyboard.press("Enter")
@@ -203,6 +214,17 @@ def test_upload_until_searchable_and_the_jobs_page(browser: Any, console: Consol
     row = page.locator("table.jobs tr", has_text=upload.name).first
     playwright_api.expect(row).to_contain_text("done")
     shot(console, page, "jobs")
+
+
+def test_an_unsupported_file_type_is_refused_with_the_engines_reason(browser: Any, console: Console, tmp_path: Path) -> None:
+    program = tmp_path / "setup.exe"
+    program.write_bytes(b"MZ\x90\x00 not a document")
+    page = signed_in(browser, console)
+    page.get_by_role("link", name="Upload").click()
+    page.get_by_label("Files").set_input_files(str(program))
+    page.get_by_role("button", name="Upload").click()
+    playwright_api.expect(page.locator("#upload-status")).to_contain_text(
+        "The upload was refused: VALIDATION_ERROR: filename: the engine accepts these file types: txt, md, pdf, html, docx")
 
 
 def test_without_the_csrf_token_nothing_changes(browser: Any, console: Console) -> None:

@@ -28,34 +28,42 @@ def upload_page() -> ResponseReturnValue:
         names = sorted(principal().collections or ())
     elif collection_names.DEFAULT not in names:
         names = [collection_names.DEFAULT, *names]
-    return render_template("upload.html", title="Upload", collections=names,
-                           extensions=", ".join(current_console().bridge.settings.uploads.extensions))
+    extensions = current_console().bridge.settings.uploads.extensions
+    return render_template("upload.html", title="Upload", collections=names, default=collection_names.DEFAULT,
+                           extensions=", ".join(extensions), accept=",".join(f".{e}" for e in extensions))
 
 
 @blueprint.post("/upload")
 def upload() -> ResponseReturnValue:
+    """One or several files into one collection, with the same tags; each becomes a job. A file refused
+    stops the form before any later file is sent (the earlier ones are already queued: the answer lists
+    them), so the person sees why and sends the rest again."""
     require(*UPLOAD_TOOLS)
-    file = request.files.get("file")
-    if file is None or not file.filename:
+    files = [f for f in request.files.getlist("file") if f.filename]
+    if not files:
         raise InvalidArgument("file", "choose a file to upload")
-    stream = file.stream
-    stream.seek(0, 2)
-    size = stream.tell()
-    if size == 0:
-        raise InvalidArgument("file", "is empty")
-    finished = _sent(file.filename, stream, size, request.form.get("collection") or collection_names.DEFAULT)
-    sent = {"id": finished["job_id"], "status": finished["status"], "filename": finished["filename"]}
-    url = url_for("console.job", job_id=sent["id"]) if usable("kb_jobs") else None
+    collection = request.form.get("collection") or collection_names.DEFAULT
+    tags = [t.strip() for t in request.form.get("tags", "").split(",") if t.strip()]
+    sent = []
+    for file in files:
+        stream = file.stream
+        stream.seek(0, 2)
+        size = stream.tell()
+        if size == 0:
+            raise InvalidArgument("file", f"{file.filename} is empty")
+        finished = _sent(file.filename or "", stream, size, collection, tags)
+        job = {"id": finished["job_id"], "status": finished["status"], "filename": finished["filename"]}
+        sent.append({"job": job, "url": url_for("console.job", job_id=job["id"]) if usable("kb_jobs") else None})
     if wants_json():
-        return jsonify(job=sent, url=url)
-    if url is not None:
-        return redirect(url)
-    return render_template("uploaded.html", title="Uploaded", job=sent)
+        return jsonify(job=sent[0]["job"], url=sent[0]["url"], jobs=sent)
+    if len(sent) == 1 and sent[0]["url"] is not None:
+        return redirect(str(sent[0]["url"]))
+    return render_template("uploaded.html", title="Uploaded", jobs=[s["job"] for s in sent], can_follow=usable("kb_jobs"))
 
 
-def _sent(filename: str, stream: IO[bytes], size: int, collection: str) -> Result:
+def _sent(filename: str, stream: IO[bytes], size: int, collection: str, tags: list[str]) -> Result:
     """kb_upload_finish's result for the file, sent with kb_upload_start and kb_upload_chunk."""
-    started = call("kb_upload_start", {"filename": filename, "total_size": size, "collection": collection})
+    started = call("kb_upload_start", {"filename": filename, "total_size": size, "collection": collection, "tags": tags})
     upload_id = str(started["upload_id"])
     try:
         stream.seek(0)

@@ -1,5 +1,5 @@
 // Progressive enhancement for the kb-bridge console: every page works without this file.
-// It adds the delete confirmation, the upload's progress bar and the live job status.
+// It adds the delete confirmation, the upload's progress bar and each uploaded file's live job status.
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -16,8 +16,11 @@ document.addEventListener("DOMContentLoaded", () => {
   if (upload) upload.addEventListener("submit", (event) => sendUpload(event, upload));
 });
 
-function say(text, link) {
-  const status = document.getElementById("upload-status");
+function say(text) {
+  tell(document.getElementById("upload-status"), text);
+}
+
+function tell(status, text, link) {
   status.textContent = text;
   if (link) {
     const a = document.createElement("a");
@@ -44,19 +47,27 @@ function sendUpload(event, form) {
   request.addEventListener("load", () => {
     button.disabled = false;
     let reply = {};
-    try { reply = JSON.parse(request.responseText); } catch (_) { /* an HTML error page */ }
-    if (request.status !== 200 || !reply.job) {
+    try { reply = JSON.parse(request.responseText); } catch (_) { /* not JSON: say the status */ }
+    if (request.status !== 200 || !reply.jobs) {
       say(`The upload was refused: ${reply.error || request.statusText || request.status}`);
       return;
     }
     bar.value = 100;
-    if (!reply.url) {
-      // The token may upload but not read jobs (kb_jobs needs kb:read): nothing to follow.
-      say(`Sent for indexing as job ${reply.job.id}; it becomes searchable once the job is done.`);
-      return;
+    say(reply.jobs.length === 1 ? "Sent." : `Sent ${reply.jobs.length} files.`);
+    const list = document.getElementById("upload-jobs");
+    list.replaceChildren();
+    for (const sent of reply.jobs) {
+      const item = document.createElement("li");
+      item.setAttribute("role", "status");
+      list.append(item);
+      if (!sent.url) {
+        // The token may upload but not read jobs (kb_jobs needs kb:read): nothing to follow.
+        tell(item, `${sent.job.filename}: sent for indexing as job ${sent.job.id}; it becomes searchable once the job is done.`);
+      } else {
+        tell(item, `${sent.job.filename}: indexing (job ${sent.job.id})…`);
+        watch(sent.url, item);
+      }
     }
-    say(`Sent. Indexing (job ${reply.job.id})…`);
-    watch(reply.url);
   });
   request.addEventListener("error", () => { button.disabled = false; say("The upload failed: the connection broke."); });
   button.disabled = true;
@@ -64,7 +75,7 @@ function sendUpload(event, form) {
   request.send(new FormData(form));
 }
 
-function watch(url) {
+function watch(url, item) {
   // redirect "manual": a session that ended answers with a redirect to sign-in, which must stop the polling.
   fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin", redirect: "manual" })
     .then((response) => {
@@ -76,17 +87,17 @@ function watch(url) {
     })
     .then((job) => {
       if (job.status === "done") {
-        say("Indexed and searchable:", { href: `/ui/documents/${job.document_id}`, text: job.filename || `document ${job.document_id}` });
+        tell(item, "Indexed and searchable:", { href: `/ui/documents/${job.document_id}`, text: job.filename || `document ${job.document_id}` });
       } else if (job.status === "failed") {
-        say(`Indexing failed: ${job.error || "no reason given"}`);
+        tell(item, `${job.filename || `job ${job.id}`}: indexing failed: ${job.error || "no reason given"}`);
       } else {
-        say(`Indexing (job ${job.id} is ${job.status})…`);
-        setTimeout(() => watch(url), 500);
+        tell(item, `${job.filename || "file"}: indexing (job ${job.id} is ${job.status})…`);
+        setTimeout(() => watch(url, item), 500);
       }
     })
     .catch((error) => {
-      if (error instanceof Stop) say(error.message);
-      else setTimeout(() => watch(url), 1000); // the connection broke, or a passing failure: try again
+      if (error instanceof Stop) tell(item, error.message);
+      else setTimeout(() => watch(url, item), 1000); // the connection broke, or a passing failure: try again
     });
 }
 
