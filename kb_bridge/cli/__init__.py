@@ -3,6 +3,10 @@ people: search | add | get | delete (documents.py) | export | import (transfer.p
 
 Each subcommand names its function with argparse's `set_defaults(func=...)` (exits.add_command); exits.run
 runs it and turns its errors into exit codes.
+
+`engine_cli()` is the bridge's one way into the bundled engine: `engine` hands it its arguments, and
+`migrate` and `backup` (commands of the bridge, with the bridge's output and exit codes) call the work it
+offers on the engine's stores. No other bridge module imports the engine.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import secrets
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from kb_bridge import __version__
@@ -99,10 +104,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["engine"]:
         # Everything after `engine` belongs to the engine's own parser (argparse cannot pass
         # options through a subcommand untouched).
-        from kb_bridge.local_engine.cli import main as engine_main  # only this command needs the engine
-
-        return engine_main(argv[1:])
+        return int(engine_cli().main(argv[1:]))
     return exits.run(_parser().parse_args(argv))
+
+
+def engine_cli() -> ModuleType:
+    """The engine's command-line module (local_engine/cli.py), imported only by a command that needs the engine."""
+    from kb_bridge.local_engine import cli
+
+    return cli
 
 
 def _print_token(args: argparse.Namespace) -> int:

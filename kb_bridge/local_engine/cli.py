@@ -1,4 +1,13 @@
-"""`kb-bridge engine` / `python -m kb_bridge.local_engine`: run the local kb engine."""
+"""`kb-bridge engine` / `python -m kb_bridge.local_engine`: run the local kb engine; and the engine's part of
+`kb-bridge migrate` and `kb-bridge backup`.
+
+This module is the bridge's one way into local_engine/: kb_bridge/cli/__init__.py imports it, and nothing
+else, when a command needs the engine. `kb-bridge engine` is `main`. migrate and backup are the bridge's
+commands (cli/migrate.py, cli/backup.py: their options, output, progress display and exit codes), and their
+work on the engine's stores is here: `plan_migration` / `run_migration` (migration.py) and `backup_source` /
+`back_up` (backup.py). They raise ConfigError when what the user gave cannot be used (exit 2) and any other
+EngineError when the work fails (exit 1); both are offered here for the bridge to catch.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +15,20 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kb_bridge.logs import configure_logging
 
 from .config import EngineConfig, load_config, parse_bind
 from .datadir import lock_data_dir
 from .embedding.device import DEVICE_CHOICES, select_device
+from .errors import ConfigError as ConfigError  # offered to the bridge: see above
 from .errors import EngineError, StoreUnavailable
+from .progress import Progress
+
+if TYPE_CHECKING:
+    from .migration import Migration, Skip
 
 logger = logging.getLogger(__name__)
 
@@ -121,3 +137,32 @@ def main(argv: list[str] | None = None) -> int:
     from .server import serve  # gunicorn is only needed to serve, not for --help
 
     return serve(config, args.log_level)
+
+
+def plan_migration(from_sqlite: Path, to: str) -> Migration:
+    """`kb-bridge migrate`'s checks of --from-sqlite and --to, before PostgreSQL is touched (migration.py)."""
+    from . import migration
+
+    return migration.plan(from_sqlite, to)
+
+
+def run_migration(plan: Migration, progress: Progress, skipped: Skip) -> dict[str, Any]:
+    """`kb-bridge migrate`'s copy; its report (migration.py)."""
+    from . import migration
+
+    return migration.run(plan, progress, skipped)
+
+
+def backup_source(data: Path | None) -> Path:
+    """The SQLite database `kb-bridge backup --data DATA` copies: --data, else KB_ENGINE_DATA, else the
+    engine's default directory (backup.py)."""
+    from . import backup
+
+    return backup.database_in(os.environ, data)
+
+
+def back_up(source: Path, target: Path, progress: Progress) -> dict[str, Any]:
+    """`kb-bridge backup`'s copy of `source` into `target`; its summary (backup.py)."""
+    from . import backup
+
+    return backup.back_up(source, target, progress)

@@ -21,6 +21,9 @@ from .errors import ConfigError
 MiB = 1024 * 1024
 EMBEDDER_CHOICES = ("auto", "minilm", "none")
 FUSION_CHOICES = ("convex", "rrf")
+# In the data directory: the SQLite store, and the staged files of jobs not yet done.
+DATABASE_FILE = "engine.sqlite3"
+UPLOADS_DIR = "uploads"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,11 +96,11 @@ class EngineConfig:
 
     @property
     def database_path(self) -> Path:
-        return self.data_dir / "engine.sqlite3"
+        return self.data_dir / DATABASE_FILE
 
     @property
     def uploads_dir(self) -> Path:
-        return self.data_dir / "uploads"
+        return self.data_dir / UPLOADS_DIR
 
     @property
     def bind(self) -> str:

@@ -1,5 +1,5 @@
 """Writing whole documents into the PostgreSQL store with their ids, versions and vectors, for
-`kb-bridge migrate` (cli/migrate.py). Idempotent: a document whose id is already there is skipped, so an
+`kb-bridge migrate` (local_engine/migration.py). Idempotent: a document whose id is already there is skipped, so an
 interrupted migration is resumed by running it again.
 """
 

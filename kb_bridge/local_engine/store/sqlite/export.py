@@ -1,4 +1,4 @@
-"""Reading a SQLite store whole, document by document, for `kb-bridge migrate` (cli/migrate.py).
+"""Reading a SQLite store whole, document by document, for `kb-bridge migrate` (local_engine/migration.py).
 
 Read-only: the database is opened with mode=ro, so a migration never changes the source, and it may run
 while the engine is stopped or running (each batch is one consistent read).

@@ -1,0 +1,84 @@
+"""The engine's part of `kb-bridge backup` (cli/backup.py): a consistent copy of a local engine's SQLite store,
+taken while the engine runs and writes.
+
+SQLite's online backup API copies the database page by page and restarts the copy of any page a writer
+changes meanwhile, so the result is the database as of one moment, committed transactions in the WAL
+included. The staged files of jobs still queued at that moment are copied beside it, so they run after a
+restore. The search indexes are not copied: they are derived, and the engine rebuilds them from the
+database at its first start on the copy (the README's "Backup and restore" says how to restore).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .config import DATABASE_FILE, UPLOADS_DIR, resolve_data_dir
+from .errors import ConfigError, EngineError
+from .progress import Progress
+
+PAGES_PER_STEP = 1024
+
+
+def database_in(env: Mapping[str, str], data: Path | None) -> Path:
+    """The store to copy: the SQLite database in `data` (--data), else KB_ENGINE_DATA, else the engine's
+    default directory; ConfigError when there is none."""
+    source = resolve_data_dir(env, data) / DATABASE_FILE
+    if not source.is_file():
+        raise ConfigError(f"no local engine database at {source} (set --data or KB_ENGINE_DATA; an engine on "
+                          "PostgreSQL is backed up with pg_dump)")
+    return source
+
+
+def back_up(source: Path, target: Path, progress: Progress) -> dict[str, Any]:
+    """Copy the database `source` and its queued jobs' files into the directory `target`: the summary
+    `kb-bridge backup --json` prints. EngineError when the copy fails."""
+    try:
+        return _copy_store(source, target, progress)
+    except (sqlite3.Error, OSError) as exc:
+        raise EngineError(f"the copy failed: {exc}") from exc
+
+
+def _copy_store(source: Path, target: Path, progress: Progress) -> dict[str, Any]:
+    """The online backup into target/engine.sqlite3, then the staged files its queued jobs need."""
+    copy = target / DATABASE_FILE
+    temporary = target / (DATABASE_FILE + ".part")
+    with sqlite3.connect(source) as live, sqlite3.connect(temporary) as out:
+        live.execute("PRAGMA busy_timeout = 10000")
+        pages = live.execute("PRAGMA page_count").fetchone()[0]
+        progress.phase("backup", pages, "page")
+        try:
+            def step(_status: int, remaining: int, total: int) -> None:
+                progress.advance_to(total - remaining, total)
+
+            live.backup(out, pages=PAGES_PER_STEP, progress=step)
+        finally:
+            progress.close()
+    out_check = sqlite3.connect(temporary)
+    try:
+        problem = out_check.execute("PRAGMA quick_check").fetchone()[0]
+        if problem != "ok":
+            raise sqlite3.DatabaseError(f"the copy does not pass quick_check: {problem}")
+        documents = out_check.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+        chunks = out_check.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        staged = [row[0] for row in out_check.execute(
+            "SELECT staged_path FROM jobs WHERE status IN ('queued', 'running') AND staged_path IS NOT NULL")]
+        # A restored copy is a different database from the indexes on any disk: they are rebuilt.
+        out_check.execute("UPDATE meta SET value = lower(hex(randomblob(16))) WHERE key = 'index_epoch'")
+        out_check.commit()
+    finally:
+        out_check.close()
+    os.replace(temporary, copy)
+    copied = 0
+    for name in staged:
+        path = source.parent / UPLOADS_DIR / name
+        if path.is_file():
+            (target / UPLOADS_DIR).mkdir(exist_ok=True)
+            shutil.copy2(path, target / UPLOADS_DIR / name)
+            copied += 1
+    return {"database": str(copy), "documents": documents, "chunks": chunks, "queued_files": copied,
+            "bytes": copy.stat().st_size}
