@@ -2,24 +2,22 @@
 
 `load_settings(environ)` is the only place that looks at environment variables. Everything
 else receives a `Settings` object; tests build one directly with `Settings(...)` or
-`load_settings({...})`. A bad value raises `SettingsError` naming the variable.
+`load_settings({...})`. A bad value raises `SettingsError` naming the variable. Values are read with
+environment.py's `Env`, the reader the engine's configuration uses too (an empty variable is unset).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 from urllib.parse import urlsplit
 
 from kb_bridge.credentials.named_tokens import NamedToken, load_tokens_file
 from kb_bridge.credentials.secret import Secret
+from kb_bridge.environment import Env, is_loopback_host, parse_bind, parse_list
 from kb_bridge.errors import SettingsError
-
-T = TypeVar("T")
 
 MIB = 1024 * 1024
 
@@ -194,66 +192,12 @@ class Settings:
 # --- parsing helpers ----------------------------------------------------------------------
 
 
-class _Env:
-    """Typed access to one environment mapping; every error names the variable."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._environ = environ
-
-    def raw(self, name: str) -> str | None:
-        value = self._environ.get(name)
-        if value is None or value.strip() == "":
-            return None
-        return value.strip()
-
-    def get(self, name: str, default: T, parse: Callable[[str], T]) -> T:
-        value = self.raw(name)
-        if value is None:
-            return default
-        try:
-            return parse(value)
-        except (ValueError, TypeError) as exc:
-            raise SettingsError(name, str(exc)) from None
-
-    def text(self, name: str, default: str) -> str:
-        return self.get(name, default, str)
-
-    def integer(self, name: str, default: int, low: int = 1, high: int | None = None) -> int:
-        return self.get(name, default, lambda v: _bounded(int(v), low, high))
-
-    def number(self, name: str, default: float, low: float = 0.0, high: float | None = None) -> float:
-        return self.get(name, default, lambda v: _bounded(float(v), low, high))
-
-    def flag(self, name: str, default: bool) -> bool:
-        return self.get(name, default, _parse_bool)
-
-    def items(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        return self.get(name, default, _parse_list)
+class _Env(Env):
+    """The shared reader (environment.py), with the bridge's secrets."""
 
     def secret(self, name: str) -> Secret | None:
         value = self.raw(name)
         return Secret(value) if value is not None else None
-
-
-def _bounded(value: T, low: T, high: T | None) -> T:
-    if value < low:  # type: ignore[operator]
-        raise ValueError(f"must be at least {low}, got {value}")
-    if high is not None and value > high:  # type: ignore[operator]
-        raise ValueError(f"must be at most {high}, got {value}")
-    return value
-
-
-def _parse_bool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _parse_list(value: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 def _parse_engine_url(value: str) -> str:
@@ -287,32 +231,8 @@ def _parse_log_level(value: str) -> str:
 
 
 def _parse_bind(value: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:8765")
+    parse_bind(value)  # checked here; gunicorn takes the text as it is
     return value
-
-
-_LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
-_LOOPBACK_V6 = ipaddress.IPv6Address("::1")
-
-
-def is_loopback_host(host: str | None) -> bool:
-    """Whether `host` is loopback: an IP address in 127.0.0.0/8, the IPv6 loopback ::1 (in brackets or not),
-    or the name `localhost` in any case. Nothing else: a name such as 127.example.com or localhost.example.com
-    can point anywhere. The bridge's one test of loopback (where plain http is tolerated for OAuth)."""
-    if host is None:
-        return False
-    if host.lower() == "localhost":
-        return True
-    bracketed = host.startswith("[") and host.endswith("]")
-    try:
-        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv4Address):
-        return not bracketed and address in _LOOPBACK_V4
-    return address == _LOOPBACK_V6  # ::ffff:127.0.0.1 and ::1%zone are not ::1
 
 
 def _parse_secure_url(value: str) -> str:
@@ -343,7 +263,7 @@ def _parse_public_url(value: str) -> str:
 
 
 def _parse_api_keys(value: str) -> tuple[Secret, ...]:
-    keys = tuple(Secret(k) for k in _parse_list(value))
+    keys = tuple(Secret(k) for k in parse_list(value))
     for key in keys:
         if len(key.reveal()) < 16:
             raise ValueError("each key must be at least 16 characters (use `kb-bridge token` to make one)")

@@ -8,7 +8,7 @@ import pytest
 
 from kb_bridge.errors import SettingsError
 from kb_bridge.credentials.secret import Secret
-from kb_bridge.settings import is_loopback_host, load_settings
+from kb_bridge.settings import load_settings
 
 KEY = "agent-token-0123456789abcdef"
 
@@ -107,20 +107,7 @@ def test_every_variable_the_settings_read_is_documented_in_the_readme() -> None:
     assert undocumented == []
 
 
-# --- loopback: where plain http is tolerated (issue 32, item 15) ------------------------------------------------
-
-
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "127.255.255.254", "::1", "[::1]", "localhost", "LOCALHOST",
-                                  "LocalHost", "0:0:0:0:0:0:0:1"])
-def test_loopback_is_127_slash_8_the_ipv6_loopback_or_localhost(host: str) -> None:
-    assert is_loopback_host(host)
-
-
-@pytest.mark.parametrize("host", ["127.kb-issuer.invalid", "127.0.0.1.nip.io", "localhost.evil.example", "evil-localhost",
-                                  "0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "128.0.0.1", "", None, "127.1",
-                                  "[127.0.0.1]", "::1]", "[::1", "localhost.", " 127.0.0.1"])
-def test_nothing_else_is_loopback(host: str | None) -> None:
-    assert not is_loopback_host(host)
+# --- OAuth URLs: plain http only on loopback (environment.is_loopback_host, tests/test_environment.py) ---------------
 
 
 @pytest.mark.parametrize("issuer", ["http://127.kb-issuer.invalid", "http://127.0.0.1.nip.io/realms/kb",

@@ -32,7 +32,8 @@ import requests
 from kb_bridge.auth.principal import Principal
 from kb_bridge.credentials.named_tokens import parse_collections
 from kb_bridge.credentials.scopes import KNOWN_SCOPES
-from kb_bridge.settings import OAuthSettings, is_loopback_host
+from kb_bridge.environment import is_loopback_host
+from kb_bridge.settings import OAuthSettings
 
 logger = logging.getLogger(__name__)
 

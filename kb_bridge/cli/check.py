@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass
 
 from kb_bridge import __version__
 from kb_bridge.client.engine import EngineClient
+from kb_bridge.environment import is_loopback_host, parse_bind
 from kb_bridge.errors import EngineAuthFailed, KbError
-from kb_bridge.settings import Settings, is_loopback_host
+from kb_bridge.settings import Settings
 from kb_bridge.client.versions import engine_version, version_problem
 
 PROBE_TIMEOUT = 5.0
@@ -27,7 +28,11 @@ class Check:
 
 
 def _is_loopback(bind: str) -> bool:
-    return is_loopback_host(bind.rpartition(":")[0])
+    try:
+        host, _ = parse_bind(bind)
+    except ValueError:  # a Settings built by hand, not read by load_settings
+        return False
+    return is_loopback_host(host)
 
 
 def check_configuration(settings: Settings) -> list[Check]:

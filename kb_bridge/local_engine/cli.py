@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_bridge.logs import configure_logging
 
-from .config import EngineConfig, load_config, parse_bind
+from .config import EngineConfig, load_config
 from .datadir import lock_data_dir
 from .embedding.device import DEVICE_CHOICES, select_device
 from .errors import ConfigError as ConfigError  # offered to the bridge: see above
@@ -91,9 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads, "device": args.device,
-                                    "database_url": args.database_url}
-    if args.bind:
-        overrides["host"], overrides["port"] = parse_bind(args.bind)
+                                    "database_url": args.database_url, "bind": args.bind}
     if args.no_embeddings:
         overrides["embedder"] = "none"
     for flag in ("wait_for_model", "allow_no_auth", "access_log"):

@@ -1,16 +1,20 @@
 """Engine configuration: one frozen object, read from the environment in one function.
 
-Tests build `EngineConfig(...)` directly; the CLI calls `load_config(os.environ, overrides)`.
+Tests build `EngineConfig(...)` directly; the CLI calls `load_config(os.environ, overrides)`. Variables are
+read with the bridge's reader (kb_bridge/environment.py: an empty variable is unset, values are stripped);
+its SettingsError becomes a ConfigError naming the variable here, once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from kb_bridge.environment import Env, is_loopback_host, parse_bind
+from kb_bridge.errors import SettingsError
 
 from . import database_url
 from .embedding.device import DEVICE_CHOICES
@@ -107,17 +111,9 @@ class EngineConfig:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
-
     def check_bind_is_safe(self) -> None:
         """Refuse to serve an open engine beyond this machine: a non-loopback bind needs a key."""
-        if self.api_key or self.is_loopback() or self.allow_no_auth:
+        if self.api_key or is_loopback_host(self.host) or self.allow_no_auth:
             return
         raise ConfigError(
             f"refusing to bind {self.bind} without KB_API_KEY: anyone who can reach it could read and "
@@ -128,60 +124,94 @@ class EngineConfig:
 
 def resolve_data_dir(env: Mapping[str, str], given: Path | str | None = None) -> Path:
     """The data directory: `given` (--data), else KB_ENGINE_DATA, else the default; `~` expanded."""
-    if given is None and env.get("KB_ENGINE_DATA"):
-        given = env["KB_ENGINE_DATA"]
+    if given is None:
+        given = Env(env).path("KB_ENGINE_DATA")
     return Path(given if given is not None else default_data_dir(env)).expanduser()
 
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
     """`$XDG_DATA_HOME/kb-bridge/engine`, else `~/.local/share/kb-bridge/engine`."""
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "kb-bridge" / "engine"
-
-
-def parse_bind(value: str, name: str = "--bind") -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 as `[::1]:8000`) into its parts."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"{name} must be HOST:PORT, got {value!r}")
-    host = host.strip("[]")
-    port = _int_in_range(port_text, name, 0, 65535)
-    return host, port
+    base = Env(env).path("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return base / "kb-bridge" / "engine"
 
 
 def load_config(env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None) -> EngineConfig:
-    """Build the config from environment variables, then apply overrides (command-line options).
+    """Build the config from environment variables, then apply overrides (command-line options): fields of
+    EngineConfig, and `bind`, the text of --bind.
 
     Overrides with the value None are ignored, so argparse defaults of None mean "not given".
     """
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {"data_dir": Path(env["KB_ENGINE_DATA"]) if env.get("KB_ENGINE_DATA") else None}
-    values["api_key"] = env.get("KB_API_KEY") or None
-    values["database_url"] = env.get("KB_ENGINE_DATABASE_URL", "").strip() or None
-    if env.get("KB_ENGINE_BIND"):
-        values["host"], values["port"] = parse_bind(env["KB_ENGINE_BIND"], "KB_ENGINE_BIND")
-    for field, var, low, high in _INT_VARS:
-        if env.get(var):
-            values[field] = _int_in_range(env[var], var, low, high)
-    for field, var in _FLOAT_VARS:
-        if env.get(var):
-            values[field] = _positive_float(env[var], var)
-    for field, var in _BOOL_VARS:
-        if env.get(var):
-            values[field] = _bool(env[var], var)
-    for field, var in _CHOICE_VARS:
-        if env.get(var):
-            values[field] = env[var].strip().lower()
-    for field, var in _LIST_VARS:
-        if env.get(var):
-            values[field] = tuple(item.strip().lower() for item in env[var].split(",") if item.strip())
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key] = value
-    values["data_dir"] = resolve_data_dir(env, values.get("data_dir"))
+    environ = os.environ if env is None else env
+    try:
+        values = _read(Env(environ))
+        for key, value in (overrides or {}).items():
+            if value is None:
+                continue
+            if key == "bind":
+                values["host"], values["port"] = _bind_option(value)
+            else:
+                values[key] = value
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    values["data_dir"] = resolve_data_dir(environ, values.get("data_dir"))
     config = EngineConfig(**values)
     validate(config)
     return config
+
+
+def _read(env: Env) -> dict[str, Any]:
+    """Every field but data_dir (resolve_data_dir's): the environment's value, else the default."""
+    d = EngineConfig(data_dir=Path())  # for its defaults
+    host, port = env.get("KB_ENGINE_BIND", (d.host, d.port), parse_bind)
+    return {
+        "api_key": env.raw("KB_API_KEY"),
+        "database_url": env.raw("KB_ENGINE_DATABASE_URL"),
+        "host": host,
+        "port": port,
+        "threads": env.integer("KB_ENGINE_THREADS", d.threads, 1, 256),
+        "embedder": _choice(env, "KB_ENGINE_EMBEDDER", d.embedder),
+        "wait_for_model": env.flag("KB_ENGINE_WAIT_FOR_MODEL", d.wait_for_model),
+        "query_precision": _choice(env, "KB_ENGINE_QUERY_PRECISION", d.query_precision),
+        "query_threads": env.integer("KB_ENGINE_QUERY_THREADS", d.query_threads, 1, 256),
+        "device": _choice(env, "KB_ENGINE_DEVICE", d.device),
+        "runtime": _choice(env, "KB_ENGINE_RUNTIME", d.runtime),
+        "document_precision": _choice(env, "KB_ENGINE_DOCUMENT_PRECISION", d.document_precision),
+        "max_upload_bytes": env.integer("KB_ENGINE_MAX_UPLOAD_BYTES", d.max_upload_bytes, 1, 1 << 40),
+        "max_json_bytes": env.integer("KB_ENGINE_MAX_JSON_BYTES", d.max_json_bytes, 1024, 1 << 32),
+        "chunk_chars": env.integer("KB_ENGINE_CHUNK_CHARS", d.chunk_chars, 200, 100_000),
+        "chunk_overlap": env.integer("KB_ENGINE_CHUNK_OVERLAP", d.chunk_overlap, 0, 50_000),
+        "embed_batch_size": env.integer("KB_ENGINE_EMBED_BATCH", d.embed_batch_size, 1, 4096),
+        "embed_workers": env.integer("KB_ENGINE_EMBED_WORKERS", d.embed_workers, 0, 64),
+        "fusion": _choice(env, "KB_ENGINE_FUSION", d.fusion),
+        "rrf_k": env.integer("KB_ENGINE_RRF_K", d.rrf_k, 0, 100_000),
+        "candidates": env.integer("KB_ENGINE_CANDIDATES", d.candidates, 1, 10_000),
+        "fts_weight": env.number("KB_ENGINE_FTS_WEIGHT", d.fts_weight, low=0.0),
+        "vector_weight": env.number("KB_ENGINE_VECTOR_WEIGHT", d.vector_weight, low=0.0),
+        "bm25_title_weight": env.integer("KB_ENGINE_BM25_TITLE_WEIGHT", d.bm25_title_weight, 0, 8),
+        "exact_search_below": env.integer("KB_ENGINE_EXACT_SEARCH_BELOW", d.exact_search_below, 0, 1 << 40),
+        "allow_no_auth": env.flag("KB_ENGINE_ALLOW_NO_AUTH", d.allow_no_auth),
+        "access_log": env.flag("KB_ENGINE_ACCESS_LOG", d.access_log),
+        "log_json": env.flag("KB_LOG_JSON", d.log_json),
+        "allowed_hosts": _lowered(env.items("KB_ENGINE_ALLOWED_HOSTS", d.allowed_hosts)),
+        "allowed_origins": _lowered(env.items("KB_ENGINE_ALLOWED_ORIGINS", d.allowed_origins)),
+    }
+
+
+def _choice(env: Env, name: str, default: str) -> str:
+    """One of a field's choices, in any case; `validate` checks it (options and tests set fields directly)."""
+    return env.text(name, default).lower()
+
+
+def _lowered(items: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(item.lower() for item in items)
+
+
+def _bind_option(value: str) -> tuple[str, int]:
+    """--bind, read as KB_ENGINE_BIND is; an error names the option."""
+    try:
+        return parse_bind(value)
+    except ValueError as exc:
+        raise SettingsError("--bind", str(exc)) from None
 
 
 def validate(config: EngineConfig) -> None:
@@ -207,70 +237,3 @@ def validate(config: EngineConfig) -> None:
         database_url.check(config.database_url, "KB_ENGINE_DATABASE_URL (--database-url)")
     if config.chunk_overlap >= config.chunk_chars // 2:
         raise ConfigError("KB_ENGINE_CHUNK_OVERLAP must be less than half of KB_ENGINE_CHUNK_CHARS")
-
-
-_INT_VARS = (
-    ("threads", "KB_ENGINE_THREADS", 1, 256),
-    ("max_upload_bytes", "KB_ENGINE_MAX_UPLOAD_BYTES", 1, 1 << 40),
-    ("max_json_bytes", "KB_ENGINE_MAX_JSON_BYTES", 1024, 1 << 32),
-    ("chunk_chars", "KB_ENGINE_CHUNK_CHARS", 200, 100_000),
-    ("chunk_overlap", "KB_ENGINE_CHUNK_OVERLAP", 0, 50_000),
-    ("embed_batch_size", "KB_ENGINE_EMBED_BATCH", 1, 4096),
-    ("embed_workers", "KB_ENGINE_EMBED_WORKERS", 0, 64),
-    ("query_threads", "KB_ENGINE_QUERY_THREADS", 1, 256),
-    ("rrf_k", "KB_ENGINE_RRF_K", 0, 100_000),
-    ("candidates", "KB_ENGINE_CANDIDATES", 1, 10_000),
-    ("bm25_title_weight", "KB_ENGINE_BM25_TITLE_WEIGHT", 0, 8),
-    ("exact_search_below", "KB_ENGINE_EXACT_SEARCH_BELOW", 0, 1 << 40),
-)
-_FLOAT_VARS = (
-    ("fts_weight", "KB_ENGINE_FTS_WEIGHT"),
-    ("vector_weight", "KB_ENGINE_VECTOR_WEIGHT"),
-)
-_CHOICE_VARS = (
-    ("embedder", "KB_ENGINE_EMBEDDER"),
-    ("fusion", "KB_ENGINE_FUSION"),
-    ("query_precision", "KB_ENGINE_QUERY_PRECISION"),
-    ("document_precision", "KB_ENGINE_DOCUMENT_PRECISION"),
-    ("device", "KB_ENGINE_DEVICE"),
-    ("runtime", "KB_ENGINE_RUNTIME"),
-)
-_LIST_VARS = (
-    ("allowed_hosts", "KB_ENGINE_ALLOWED_HOSTS"),
-    ("allowed_origins", "KB_ENGINE_ALLOWED_ORIGINS"),
-)
-_BOOL_VARS = (
-    ("wait_for_model", "KB_ENGINE_WAIT_FOR_MODEL"),
-    ("allow_no_auth", "KB_ENGINE_ALLOW_NO_AUTH"),
-    ("access_log", "KB_ENGINE_ACCESS_LOG"),
-    ("log_json", "KB_LOG_JSON"),
-)
-
-
-def _int_in_range(text: str, name: str, low: int, high: int) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {text!r}") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
-    return value
-
-
-def _positive_float(text: str, name: str) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {text!r}") from None
-    if not value >= 0:
-        raise ConfigError(f"{name} must be zero or more, got {text!r}")
-    return value
-
-
-def _bool(text: str, name: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ConfigError(f"{name} must be 1/0, true/false, yes/no or on/off, got {text!r}")
