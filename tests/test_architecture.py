@@ -42,12 +42,18 @@ def _module_level(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
                 pending.extend(handler.body)
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The kb_bridge modules `name` imports at module level (a `from package import module` counts as the
-    module; a `from package import name` as the package)."""
+def _everywhere(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import in the module: module level, `TYPE_CHECKING`, and inside functions."""
+    return (node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path], everywhere: bool = False) -> set[str]:
+    """The kb_bridge modules `name` imports at module level, or anywhere with `everywhere` (a `from package
+    import module` counts as the module; a `from package import name` as the package)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _module_level(ast.parse(path.read_text())):
+    found = _everywhere if everywhere else _module_level
+    for node in found(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -68,20 +74,19 @@ def test_only_protocol_imports_mcp() -> None:
     assert offenders and all(o.startswith("kb_bridge/protocol/") for o in offenders), offenders
 
 
-def test_no_import_circles() -> None:
-    known = modules()
-    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a graph: its strongly connected components of more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    circles: list[list[str]] = []
+    found: list[list[str]] = []
 
-    def visit(node: str) -> None:  # Tarjan's strongly connected components
+    def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in graph[node]:
+        for target in graph.get(node, ()):
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
@@ -96,13 +101,18 @@ def test_no_import_circles() -> None:
                 if member == node:
                     break
             if len(component) > 1:
-                circles.append(sorted(component))
+                found.append(sorted(component))
 
     sys.setrecursionlimit(10_000)
     for name in graph:
         if name not in index:
             visit(name)
-    assert circles == []
+    return found
+
+
+def test_no_import_circles() -> None:
+    known = modules()
+    assert circles({name: imports_of(name, path, known) for name, path in known.items()}) == []
 
 
 def test_the_checker_finds_a_circle(tmp_path: Path) -> None:
@@ -112,6 +122,132 @@ def test_the_checker_finds_a_circle(tmp_path: Path) -> None:
     known = {"kb_bridge.a": tmp_path / "a.py", "kb_bridge.b": tmp_path / "b.py"}
     assert imports_of("kb_bridge.a", known["kb_bridge.a"], known) == {"kb_bridge.b"}
     assert imports_of("kb_bridge.b", known["kb_bridge.b"], known) == {"kb_bridge.a"}
+
+
+# The may-import table, asserted below and shown in docs/architecture.md: each unit of kb_bridge (a top-level
+# folder or module) and the units it may import. Every import counts: module level, `TYPE_CHECKING` and inside
+# functions. The package itself (`kb_bridge`, its version) may be imported by any unit.
+LEAVES = ("errors", "redaction", "request_id", "asgi_messages", "allocator", "metrics")
+MAY_IMPORT: dict[str, set[str]] = {
+    **{leaf: set() for leaf in LEAVES},
+    "logs": {"redaction", "request_id"},
+    "collections": {"errors"},
+    "credentials": {"collections", "errors"},
+    "environment": {"errors"},
+    "settings": {"credentials", "environment", "errors"},
+    "shapes": {"collections", "errors"},
+    "auth": {"asgi_messages", "collections", "credentials", "environment", "errors", "settings"},
+    "access_log": {"auth", "logs", "request_id"},
+    "client": {"access_log", "errors", "metrics", "redaction", "settings"},
+    "uploads": {"errors", "settings"},
+    "tools": {"auth", "client", "collections", "credentials", "errors", "settings", "shapes", "uploads"},
+    "content": {"auth", "client", "collections", "errors", "shapes", "tools"},
+    "runtime": {"client", "metrics", "redaction", "settings", "uploads"},
+    "web": {"asgi_messages", "auth", "client", "collections", "credentials", "errors", "runtime", "settings", "tools"},
+    "protocol": {"access_log", "asgi_messages", "auth", "content", "credentials", "errors", "runtime", "settings",
+                 "tools", "web"},
+    "serving": {"allocator", "errors", "logs", "metrics", "settings", "uploads"},
+    "asgi": {"protocol"},
+    # The local engine is a program of its own: it shares only log formatting and the environment reader.
+    "local_engine": {"environment", "errors", "logs"},
+    # The command line sits on top; of the engine it reaches only its entry (checked below).
+    "cli": {"auth", "client", "collections", "credentials", "environment", "errors", "local_engine", "logs", "protocol", "serving",
+            "settings", "shapes", "tools", "uploads"},
+    "__main__": {"cli"},
+    "testing": set(),  # the tests' and benchmarks' helpers start processes; they import no product module
+}
+
+
+def unit_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def unit_imports(known: dict[str, Path]) -> dict[str, dict[str, set[str]]]:
+    """unit → imported unit → the module-to-module imports behind that edge (every import, anywhere)."""
+    edges: dict[str, dict[str, set[str]]] = {}
+    for name, path in known.items():
+        for target in imports_of(name, path, known, everywhere=True):
+            source, imported = unit_of(name), unit_of(target)
+            if source != imported:
+                edges.setdefault(source, {}).setdefault(imported, set()).add(f"{name} -> {target}")
+    return edges
+
+
+def forbidden_imports(known: dict[str, Path], table: dict[str, set[str]]) -> list[str]:
+    """Imports the table does not allow, and units it does not list."""
+    units = {unit_of(name) for name in known} - {"kb_bridge"}
+    found = [f"{unit}: not in the may-import table" for unit in sorted(units - set(table))]
+    for source, targets in sorted(unit_imports(known).items()):
+        for imported, where in sorted(targets.items()):
+            if imported != "kb_bridge" and imported not in table.get(source, set()):
+                found.extend(sorted(where))
+    return found
+
+
+def test_every_import_follows_the_may_import_table() -> None:
+    assert forbidden_imports(modules(), MAY_IMPORT) == []
+
+
+def test_the_may_import_table_has_no_loop_and_nothing_runs_back_up() -> None:
+    known = modules()
+    assert circles({unit: set(targets) - {"kb_bridge"} for unit, targets in unit_imports(known).items()}) == []
+    assert circles(MAY_IMPORT) == []
+
+
+def documented_table() -> dict[str, set[str]]:
+    """docs/architecture.md's bridge table: each row's unit (`name.py` or `name/`) and its may-import column."""
+    text = (REPO / "docs" / "architecture.md").read_text().split("## The bridge", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for first, _owns, allowed in re.findall(r"^\| `([\w.]+?)(?:\.py|/)` \| (.+) \| (.+?) \|$", text, re.M):
+        table[first] = set(re.findall(r"`(\w+)`", allowed))
+    return table
+
+
+def test_docs_architecture_shows_the_same_may_import_table() -> None:
+    assert documented_table() == MAY_IMPORT
+
+
+def test_a_bad_import_fails_the_table_check(tmp_path: Path) -> None:
+    """The check itself works: settings importing auth (even inside a function), an unlisted folder, and an
+    allowed import are told apart."""
+    (tmp_path / "settings.py").write_text("def late():\n    from kb_bridge.auth import bearer\n")
+    (tmp_path / "bearer.py").write_text("from kb_bridge import settings\n")
+    (tmp_path / "stray.py").write_text("")
+    known = {"kb_bridge.settings": tmp_path / "settings.py", "kb_bridge.auth.bearer": tmp_path / "bearer.py",
+             "kb_bridge.stray": tmp_path / "stray.py"}
+    assert forbidden_imports(known, MAY_IMPORT) == [
+        "stray: not in the may-import table", "kb_bridge.settings -> kb_bridge.auth.bearer"]
+
+
+def test_only_the_engine_entry_of_the_command_line_imports_the_local_engine() -> None:
+    known = modules()
+    importers = {
+        name for name, path in known.items() if not name.startswith("kb_bridge.local_engine")
+        and any(t.startswith("kb_bridge.local_engine") for t in imports_of(name, path, known, everywhere=True))
+    }
+    assert importers == {"kb_bridge.cli"}
+
+
+def test_the_engine_process_loads_no_bridge_settings_or_auth() -> None:
+    code = ("import sys, kb_bridge.local_engine.server, kb_bridge.local_engine.cli, kb_bridge.local_engine.app\n"
+            "print(sorted(m for m in sys.modules if m.startswith('kb_bridge') and not m.startswith('kb_bridge.local_engine')))")
+    env = {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    assert loaded and {unit_of(m) for m in loaded} <= {"kb_bridge", *MAY_IMPORT["local_engine"], *MAY_IMPORT["logs"]}
+    assert not {"settings", "auth", "credentials", "access_log"} & {unit_of(m) for m in loaded}
+
+
+def test_no_console_function_is_over_60_lines() -> None:
+    long = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in (PACKAGE / "web" / "console").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node.end_lineno or 0) - node.lineno + 1 > 60
+    ]
+    assert long == []
 
 
 def test_nothing_happens_at_import_time() -> None:
