@@ -7,11 +7,9 @@ end-to-end tests under tests/e2e start real processes.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import responses
@@ -20,28 +18,17 @@ from mcp import Client
 
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.settings import EngineSettings, McpSettings, Settings, UploadSettings
+from kb_bridge.settings import Settings
+from kb_bridge.testing.fake_engine import make_settings
 
 # Generated-input tests: a quick profile by default, thousands of examples in CI (CI=true).
 hypothesis_settings.register_profile("dev", max_examples=60)
 hypothesis_settings.register_profile("ci", max_examples=500)
 hypothesis_settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
-ENGINE = "http://127.0.0.1:8000"
-API = ENGINE + "/api/v1"
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
-    """Test settings: no waiting between retries, staging under tmp_path."""
-    engine = EngineSettings(retry_backoff=0, retry_max_wait=0, **overrides.pop("engine", {}))
-    uploads = UploadSettings(dir=str(tmp_path / "uploads"), **overrides.pop("uploads", {}))
-    mcp = McpSettings(**overrides.pop("mcp", {}))
-    return Settings(engine=engine, uploads=uploads, mcp=mcp, **overrides)
 
 
 @pytest.fixture
@@ -73,20 +60,12 @@ async def client(bridge: Bridge, era: str) -> AsyncIterator[Client]:
         yield connected
 
 
-def require(tool: str) -> str:
-    """A program the tests need; skipped locally when missing, a failure in CI (KB_TEST_REQUIRE_ALL=1)."""
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(f"{tool} is required (install it; .ci/run does)")
-        pytest.skip(f"{tool} is not installed")
-    return path
-
-
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server on a free loopback port, for the session."""
     from kb_bridge.testing.processes import free_port, wait_until
+
+    from kb_bridge.testing.processes import require
 
     server = require("redis-server")
     port = free_port()

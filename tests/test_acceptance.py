@@ -17,8 +17,8 @@ import responses
 from mcp import Client
 
 from kb_bridge.runtime import Bridge
-from tests.conftest import API
-from tests.helpers import body, calls_to, chunk, document, job, search_response
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job, search_response
 
 pytestmark = pytest.mark.anyio
 

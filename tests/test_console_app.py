@@ -10,8 +10,8 @@ from flask.testing import FlaskClient
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools import registry
 from kb_bridge.web.ops import create_web_app
-from tests.conftest import API
-from tests.helpers import document
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import document
 
 JSON = {"Accept": "application/json"}
 

@@ -8,8 +8,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 
-from tests.conftest import API
-from tests.helpers import chunk, document
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import chunk, document
 
 pytestmark = pytest.mark.anyio
 

@@ -119,3 +119,22 @@ def test_stage_entrypoints_exist(name: str) -> None:
     cmd = exec_form(next(a for i, a in stages()[name] if i == "CMD"))
     help_cmd = [sys.executable, "-m", "gunicorn", "--version"] if cmd[0] == "gunicorn" else [sys.executable, "-m", "kb_bridge", *cmd[1:], "--help"]
     assert subprocess.run(help_cmd, capture_output=True, timeout=60, cwd=REPO).returncode == 0
+
+
+def test_the_wheel_ships_the_product_and_its_files_but_not_the_test_helpers(tmp_path: Path) -> None:
+    # Built from a copy of the tracked files: a checkout's own build/ directory may hold files of older builds.
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "setup.py", "setup.cfg", "README.md", "kb_bridge"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_bytes((REPO / name).read_bytes())
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(tmp_path), str(source)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr[-2000:]
+    import zipfile
+
+    names = zipfile.ZipFile(next(tmp_path.glob("kb_bridge-*.whl"))).namelist()
+    assert "kb_bridge/protocol/server.py" in names and "kb_bridge/local_engine/cli.py" in names
+    assert any(n.startswith("kb_bridge/web/console/templates/") for n in names)
+    assert not [n for n in names if n.startswith("kb_bridge/testing/")]

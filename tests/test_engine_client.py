@@ -28,8 +28,8 @@ from kb_bridge.errors import (
 from kb_bridge.client.retry import RetryPolicy
 from kb_bridge.credentials.secret import Secret
 from kb_bridge.settings import EngineSettings
-from tests.conftest import API, ENGINE
-from tests.helpers import calls_to, job
+from kb_bridge.testing.fake_engine import API, ENGINE
+from kb_bridge.testing.fake_engine import calls_to, job
 
 KEY = "engine-secret-key-123"
 

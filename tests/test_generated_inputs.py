@@ -26,9 +26,9 @@ from kb_bridge.errors import InvalidArgument
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.validation import ArgumentValidator
-from tests.conftest import API, make_settings
-from tests.helpers import chunk, document, job
-from tests.strategies import arguments_for
+from kb_bridge.testing.fake_engine import API, make_settings
+from kb_bridge.testing.fake_engine import chunk, document, job
+from kb_bridge.testing.strategies import arguments_for
 
 SPECS = {spec.name: spec for spec in tools.ALL_TOOLS}
 VALIDATORS = {name: ArgumentValidator(spec.input_schema) for name, spec in SPECS.items()}

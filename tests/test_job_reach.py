@@ -11,8 +11,8 @@ from kb_bridge.auth.principal import Principal
 from kb_bridge.errors import NotFound
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools import reach
-from tests.conftest import API
-from tests.helpers import document, job
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import document, job
 
 MEM_ONLY = Principal("mem-agent", collections=frozenset({"mem"}), kind="token")
 EVERYTHING = Principal("admin")

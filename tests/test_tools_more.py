@@ -14,8 +14,8 @@ from mcp import Client
 
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from tests.conftest import API, make_settings
-from tests.helpers import body, calls_to, chunk, document, job
+from kb_bridge.testing.fake_engine import API, make_settings
+from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job
 
 pytestmark = pytest.mark.anyio
 

@@ -23,8 +23,8 @@ from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.uploads.directory import DirectoryStore
 from kb_bridge.uploads.names import safe_filename
-from tests.conftest import API, make_settings
-from tests.helpers import calls_to, job
+from kb_bridge.testing.fake_engine import API, make_settings
+from kb_bridge.testing.fake_engine import calls_to, job
 
 pytestmark = pytest.mark.anyio
 

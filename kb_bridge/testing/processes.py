@@ -7,6 +7,7 @@ stopped by the test that started it, with its log shown if it failed to come up.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,7 +16,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import pytest
 import requests
+
+# The engine key of the end-to-end suite's shared engine (tests/e2e/conftest.py).
+ENGINE_KEY = "engine-key-e2e-0123456789abcdef"
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -158,3 +163,13 @@ def start_engine(tmp: Path, data: Path, env: Mapping[str, str] | None = None, po
     argv = [sys.executable, "-m", "kb_bridge", "engine", "--data", str(data), "--bind", f"127.0.0.1:{port}"]
     log = tmp / f"engine-{port}.log"
     return Service("local engine", argv, full_env, log, f"http://127.0.0.1:{port}").wait_ready(timeout=120)
+
+
+def require(tool: str) -> str:
+    """A program the tests need; skipped locally when missing, a failure in CI (KB_TEST_REQUIRE_ALL=1)."""
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(f"{tool} is required (install it; .ci/run does)")
+        pytest.skip(f"{tool} is not installed")
+    return path

@@ -7,9 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kb_bridge.testing.processes import Service, start_engine
-
-ENGINE_KEY = "engine-key-e2e-0123456789abcdef"
+from kb_bridge.testing.processes import ENGINE_KEY, Service, start_engine
 
 
 @pytest.fixture(scope="session")

@@ -28,8 +28,8 @@ import requests
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from mcp.shared.auth import ProtectedResourceMetadata
 
-from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.processes import ENGINE_KEY
+from kb_bridge.testing.mcp_client import connect
 from tests.e2e.test_ts_client import Step, node, run as run_ts, tool as ts_tool
 
 __all__ = ["node"]  # the TypeScript client's fixture, shared with tests/e2e/test_ts_client.py

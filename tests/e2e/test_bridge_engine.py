@@ -18,8 +18,8 @@ import pytest
 import requests
 from mcp import Client
 
-from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.processes import ENGINE_KEY
+from kb_bridge.testing.mcp_client import connect
 from kb_bridge.testing.mcp_http import wait_for_job
 from kb_bridge.testing.processes import Service, free_port, start_bridge, start_engine, tool_event_pids, wait_until
 from kb_bridge.testing.files import minimal_pdf

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import require
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import require
+from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import error_code, modern_call
 from kb_bridge.testing.processes import REPO, Service, free_port, start_bridge, wait_until

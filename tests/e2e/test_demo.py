@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.mcp_client import connect
 from kb_bridge.testing.processes import REPO, child_pids, clean_env, free_port, http_ok, wait_until
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.files import minimal_pdf

@@ -22,7 +22,7 @@ from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools.validation import ArgumentValidator
 from kb_bridge.testing.processes import Service, start_bridge
 from kb_bridge.testing.standin import StandInEngine
-from tests.strategies import JSON, TEXT, arguments_for
+from kb_bridge.testing.strategies import JSON, TEXT, arguments_for
 
 TOKEN = "agent-token-fuzz-0123456789abcdef"
 ENGINE_KEY = "engine-key-fuzz-0123456789abcdef"

@@ -25,7 +25,7 @@ from kb_bridge.credentials.secret import Secret
 from kb_bridge.testing.mcp_http import error_code, modern_call
 from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
 from kb_bridge.testing.standin import StandInEngine
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import ENGINE_KEY
 
 TOKEN = "hardening-token-0123456789abcdef"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.mcp_client import connect
 from kb_bridge.testing.processes import Service, free_port, start_bridge, wait_until
 
 TOKEN = "agent-token-0123456789abcdef"

@@ -17,7 +17,7 @@ import requests
 from kb_bridge.testing.faultproxy import Fault, FaultProxy
 from kb_bridge.testing.mcp_http import error_code, modern_call
 from kb_bridge.testing.processes import Service, start_bridge
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import ENGINE_KEY
 
 TOKEN = "moves-token-0123456789abcdef"
 TARGETS = [f"c{i}" for i in range(6)]

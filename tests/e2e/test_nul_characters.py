@@ -12,7 +12,7 @@ import requests
 
 from kb_bridge.testing.mcp_http import error_code, modern_call
 from kb_bridge.testing.processes import Service, start_bridge
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import ENGINE_KEY
 
 TOKEN = "nul-characters-token-0123456789abcdef"
 

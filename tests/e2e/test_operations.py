@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.processes import ENGINE_KEY
+from kb_bridge.testing.mcp_client import connect
 from kb_bridge.testing.mcp_http import modern_call
 from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, tool_event_pids, wait_until
 from kb_bridge.testing.standin import StandInEngine

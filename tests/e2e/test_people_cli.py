@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.files import minimal_pdf
 from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine, wait_until
 

@@ -15,7 +15,7 @@ from kb_bridge.testing.balancer import RoundRobin
 from kb_bridge.testing.mcp_http import modern_call
 from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import Service, start_bridge, start_engine
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import ENGINE_KEY
 
 TOKEN = "postgres-profile-token-0123456789"
 

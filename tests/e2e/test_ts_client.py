@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from kb_bridge.testing.processes import REPO, Service, clean_env, start_bridge
-from tests.conftest import require
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import require
+from kb_bridge.testing.processes import ENGINE_KEY
 from tests.test_schemas import findings
 
 TS = REPO / "tests" / "ts"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.processes import ENGINE_KEY
+from kb_bridge.testing.mcp_client import connect
 from kb_bridge.testing.mcp_http import wait_for_job
 from kb_bridge.testing.processes import Service, start_bridge, tool_event_pids, wait_until, worker_pids
 from kb_bridge.testing.files import minimal_pdf

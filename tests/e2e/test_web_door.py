@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.helpers import document
+from kb_bridge.testing.fake_engine import document
 from kb_bridge.testing.processes import Service, free_port, start_bridge
 from kb_bridge.testing.standin import StandInEngine
 

@@ -19,7 +19,7 @@ from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder
 from kb_bridge.local_engine.ingest import worker
 
-from .helpers import API, upload, wait_for, wait_job
+from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores

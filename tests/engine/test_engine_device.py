@@ -19,7 +19,7 @@ from kb_bridge.local_engine.embedding.device import half_precision, select_devic
 from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
 from kb_bridge.local_engine.errors import ConfigError
 
-from .helpers import API
+from kb_bridge.testing.engine_app import API
 
 
 @pytest.mark.parametrize(("found", "expected"), [

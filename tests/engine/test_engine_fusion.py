@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.search.fusion import Fusion, convex, reciprocal_rank
 
-from .helpers import API, add_note
+from kb_bridge.testing.engine_app import API, add_note
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores

@@ -10,7 +10,7 @@ import pytest
 from kb_bridge.local_engine.store.postgres import documents as pg_documents
 from kb_bridge.local_engine.store.sqlite import documents
 
-from .helpers import API, error_code
+from kb_bridge.testing.engine_app import API, error_code
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores

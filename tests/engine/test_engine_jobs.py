@@ -13,7 +13,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.store.sqlite import schema as migrations
-from .helpers import API, add_note, error_code, make_docx, make_pdf, upload, wait_job
+from kb_bridge.testing.engine_app import API, add_note, error_code, make_docx, make_pdf, upload, wait_job
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores

@@ -20,7 +20,7 @@ from kb_bridge.local_engine.embedding.embedder import Embedder
 from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import clean_env
 
-from .helpers import API, add_note, upload, wait_job
+from kb_bridge.testing.engine_app import API, add_note, upload, wait_job
 
 
 def migrate(data: Path, url: str) -> tuple[int, dict[str, object], str]:

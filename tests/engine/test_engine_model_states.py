@@ -12,7 +12,7 @@ from kb_bridge.local_engine.embedding import embedder as embedder_module
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.errors import ConfigError
 
-from .helpers import API, add_note, wait_for
+from kb_bridge.testing.engine_app import API, add_note, wait_for
 
 
 def test_without_the_extra_auto_means_full_text_and_says_why(

@@ -20,7 +20,7 @@ import pytest
 
 from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
 
-from .helpers import wait_for
+from kb_bridge.testing.engine_app import wait_for
 
 STARTUP_SECONDS = 90.0
 

@@ -20,7 +20,7 @@ from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
 from kb_bridge.local_engine.embedding.runtime import Installed, needs_accelerator_probe, select_runtime
 from kb_bridge.local_engine.errors import ConfigError
 
-from .helpers import wait_for
+from kb_bridge.testing.engine_app import wait_for
 
 BOTH = Installed(onnx=True, torch=True)
 ONNX_ONLY = Installed(onnx=True, torch=False)

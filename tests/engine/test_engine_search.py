@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.store.text_index import TextIndex
 
-from .helpers import API, Sample, add_note, error_code, upload, wait_job
+from kb_bridge.testing.engine_app import API, Sample, add_note, error_code, upload, wait_job
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores

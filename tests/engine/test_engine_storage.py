@@ -13,7 +13,7 @@ from kb_bridge.local_engine.store.sqlite import schema as migrations
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.errors import ConfigError, DataDirInUse
 
-from .helpers import API, add_note, wait_for
+from kb_bridge.testing.engine_app import API, add_note, wait_for
 
 
 def _make_v1_database(path: Path) -> None:

@@ -30,7 +30,7 @@ def wait_job(client: FlaskClient, job_id: int) -> dict[str, Any]:
     """The job once it is done or failed."""
 
     def finished() -> dict[str, Any] | None:
-        job = client.get(f"{API}/jobs/{job_id}").json
+        job: dict[str, Any] = client.get(f"{API}/jobs/{job_id}").get_json()
         return job if job["status"] in ("done", "failed") else None
 
     return wait_for(finished, f"job {job_id}")
@@ -40,9 +40,10 @@ def add_note(client: FlaskClient, text: str, **fields: Any) -> dict[str, Any]:
     """Queue a note, wait for its job, return the created document."""
     response = client.post(f"{API}/jobs", json={"text": text, **fields})
     assert response.status_code == 202, response.json
-    job = wait_job(client, response.json["id"])
+    job = wait_job(client, response.get_json()["id"])
     assert job["status"] == "done", job
-    return client.get(f"{API}/documents/{job['document_id']}").json
+    document: dict[str, Any] = client.get(f"{API}/documents/{job['document_id']}").get_json()
+    return document
 
 
 def upload(client: FlaskClient, filename: str, data: bytes, headers: dict[str, str] | None = None,

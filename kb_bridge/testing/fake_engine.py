@@ -1,13 +1,18 @@
-"""Small builders for engine JSON and assertions on recorded engine calls."""
+"""The fake engine of the unit tests (a `responses` mock at ENGINE): settings that point at it, small builders of
+its JSON, and assertions on the calls it recorded."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import responses
 
-from tests.conftest import API
+from kb_bridge.settings import EngineSettings, McpSettings, Settings, UploadSettings
+
+ENGINE = "http://127.0.0.1:8000"
+API = ENGINE + "/api/v1"
 
 
 def document(id: int = 42, **fields: Any) -> dict[str, Any]:
@@ -49,4 +54,12 @@ def body(call: Any) -> Any:
 
 def calls_to(mock: responses.RequestsMock, method: str, path: str) -> list[Any]:
     url = API + path
-    return [c for c in mock.calls if c.request.method == method and c.request.url.split("?")[0] == url]
+    return [c for c in mock.calls if c.request.method == method and str(c.request.url).split("?")[0] == url]
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    """Test settings: no waiting between retries, staging under tmp_path."""
+    engine = EngineSettings(retry_backoff=0, retry_max_wait=0, **overrides.pop("engine", {}))
+    uploads = UploadSettings(dir=str(tmp_path / "uploads"), **overrides.pop("uploads", {}))
+    mcp = McpSettings(**overrides.pop("mcp", {}))
+    return Settings(engine=engine, uploads=uploads, mcp=mcp, **overrides)
