@@ -207,6 +207,17 @@ class EngineClient:
         )
         return self._json(call)
 
+    def move_document(self, document_id: int, source_path: str, title: str, if_match: int | None) -> dict[str, Any]:
+        """A new source_path and title in place, nothing re-embedded (PATCH /documents/{id}, an addition)."""
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        path = f"{API}/documents/{segment(document_id)}"
+        # Setting both fields to given values is idempotent: a repeat changes nothing more.
+        call = Call(
+            "PATCH", path, "PATCH /documents/{id}", f"document {document_id}", safe=True, write=True,
+            json={"source_path": source_path, "title": title}, headers=headers,
+        )
+        return self._json(call)
+
     def add_tags(self, document_id: int, tags: Sequence[str]) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}/tags"
         call = Call(

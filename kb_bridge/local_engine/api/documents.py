@@ -1,4 +1,4 @@
-"""Documents: list, fetch, delete; note updates (PATCH /notes); tags."""
+"""Documents: list, fetch, delete, move (PATCH /documents/{id}); note updates (PATCH /notes); tags."""
 
 from __future__ import annotations
 
@@ -70,6 +70,22 @@ def update_note(doc_id: int) -> Response:
         raise ValidationError("give text, title or both")
     document = engine.indexer.update_note(doc_id, text, title, if_match_versions())
     return _with_etag(document)
+
+
+@blueprint.patch("/api/v1/documents/<id:doc_id>")
+def move_document(doc_id: int) -> Response:
+    """A new source_path and/or title for any document, in place: nothing is re-read or re-embedded
+    (`kb-bridge ingest` moves a renamed file's document this way)."""
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    unknown = sorted(set(body) - {"source_path", "title"})
+    if unknown:
+        raise ValidationError(f"only source_path and title can be changed here, not {', '.join(unknown)}")
+    source_path = validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS)
+    title = validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS)
+    if source_path is None and title is None:
+        raise ValidationError("give source_path, title or both")
+    return _with_etag(engine.store.move_document(doc_id, source_path, title, if_match_versions(), now_iso()))
 
 
 @blueprint.post("/api/v1/documents/<id:doc_id>/tags")

@@ -223,6 +223,12 @@ class Store(Protocol):
         """Replace a note's title, text, chunks and vectors; version + 1. NotANote for a file,
         PreconditionFailed when `if_match` (versions accepted; "*" any) does not hold."""
 
+    def move_document(self, doc_id: int, source_path: str | None, title: str | None,
+                      if_match: Collection[str] | None, now: str) -> JSON:
+        """Change a document's source_path and/or title in place (None: keep it): same id, chunks and vectors,
+        nothing re-embedded (the vectors keep the old title's share of their input); version + 1.
+        PreconditionFailed when `if_match` does not hold."""
+
     def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                     now: str, missing_is_not_found: bool = False) -> JSON:
         """Remove then add tags in one step (one version step if anything changed); PreconditionFailed when

@@ -57,6 +57,14 @@ class SqlWrites:
             self.sql_jobs.record_finished_update(conn, doc_id, now)
         return self.get_document(doc_id)
 
+    def move_document(self, doc_id: int, source_path: str | None, title: str | None,
+                      if_match: Collection[str] | None, now: str) -> JSON:
+        with self._changing() as conn:
+            row = self.sql_documents.require_document(conn, doc_id)
+            check_version(row["version"], doc_id, if_match)
+            self.sql_documents.move_document(conn, doc_id, source_path, title, now)
+        return self.get_document(doc_id)
+
     def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                     now: str, missing_is_not_found: bool = False) -> JSON:
         with self._changing() as conn:

@@ -197,6 +197,17 @@ def update_note(conn: Any, doc_id: int, title: str, content: str, now: str) -> N
     conn.execute("UPDATE document_content SET text = %s WHERE document_id = %s", (content, doc_id))
 
 
+def move_document(conn: Any, doc_id: int, source_path: str | None, title: str | None, now: str) -> None:
+    """Give the document a new source_path and/or title in place: same id, chunks and vectors (the title's
+    copies on the chunks change with it, so the full-text index follows through the change log)."""
+    if source_path is not None:
+        conn.execute("UPDATE documents SET source_path = %s WHERE id = %s", (source_path, doc_id))
+    if title is not None:
+        conn.execute("UPDATE documents SET title = %s WHERE id = %s", (title, doc_id))
+        conn.execute("UPDATE chunks SET title = %s WHERE document_id = %s AND title <> %s", (title, doc_id, title))
+    conn.execute("UPDATE documents SET version = version + 1, updated_at = %s WHERE id = %s", (now, doc_id))
+
+
 def delete_chunks(conn: Any, doc_id: int) -> None:
     conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc_id,))
 

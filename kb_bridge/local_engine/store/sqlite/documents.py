@@ -227,6 +227,18 @@ def update_note(
     conn.execute("UPDATE document_content SET text = ? WHERE document_id = ?", (content, doc_id))
 
 
+def move_document(conn: sqlite3.Connection, doc_id: int, source_path: str | None, title: str | None,
+                  now: str) -> None:
+    """Give the document a new source_path and/or title in place: same id, chunks and vectors (the title's
+    copies on the chunks change with it, so the full-text index follows through the change log)."""
+    if source_path is not None:
+        conn.execute("UPDATE documents SET source_path = ? WHERE id = ?", (source_path, doc_id))
+    if title is not None:
+        conn.execute("UPDATE documents SET title = ? WHERE id = ?", (title, doc_id))
+        conn.execute("UPDATE chunks SET title = ? WHERE document_id = ? AND title <> ?", (title, doc_id, title))
+    _bump_version(conn, doc_id, now)
+
+
 def delete_document(conn: sqlite3.Connection, doc_id: int) -> list[int]:
     """Delete the document and everything hanging off it (cascades); returns the removed chunk ids."""
     require_document(conn, doc_id)

@@ -51,7 +51,7 @@ _BASE_SCHEMA = (
     ) WITHOUT ROWID""",
     "CREATE INDEX document_tags_tag ON document_tags(tag, document_id)",
     # `title` repeats the document's title because the full-text index ranks title hits per chunk.
-    # Only a note's PATCH changes a title, and it rewrites every chunk, so the copies never drift.
+    # A note's PATCH and a move (PATCH /documents/{id}) change a title, and rewrite every chunk's copy.
     """CREATE TABLE chunks (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
