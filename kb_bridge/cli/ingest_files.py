@@ -1,7 +1,23 @@
 """Which files `kb-bridge ingest PATH...` loads, and under which `source_path`.
 
 The roots are the paths given on the command line, each resolved first: a root that is a symbolic link
-counts as what it points to (its name included). Below a folder root:
+counts as what it points to (its name included); a root inside another folder given is covered by it and
+dropped. Each root has a `source_path` prefix of its own, and a file below it is stored as
+`PREFIX/its/path/below/the/root` (a file given by itself: `PREFIX`):
+
+- `--prefix P` (one per PATH, in order) gives it;
+- otherwise a single root's prefix is its name (`ingest ~/handbook` stores `handbook/intro.md`), as it
+  always was, so a rerun matches what earlier runs stored;
+- several roots are named by their path below the deepest folder holding all of them
+  (`/usr/share/doc/valgrind/html` and `/usr/share/doc/libxslt1-dev/html` become `valgrind/html` and
+  `libxslt1-dev/html`); roots side by side in one folder keep their names.
+
+Two different files that would still get the same source_path stop the run before anything is written,
+with both named (Collision). Each root is also known by a tag, `ingest-root:` and 16 hex digits of the
+SHA-256 of its real path, that every document it loads carries: ingest.py never replaces, moves or
+deletes a document another root loaded.
+
+Below a folder root:
 
 - hidden entries (a name starting with '.') are left out;
 - only regular files are taken (not sockets, pipes or devices);
@@ -17,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -24,13 +41,43 @@ from pathlib import Path
 from kb_bridge.errors import InvalidArgument
 
 
+ROOT_TAG = "ingest-root:"
+
+
+class Collision(InvalidArgument):
+    """Two files of one run would be stored under one source_path."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Root:
+    """A path given on the command line: its real path, its source_path prefix and the tag of its documents."""
+
+    path: Path
+    prefix: str
+
+    @property
+    def tag(self) -> str:
+        return ROOT_TAG + hashlib.sha256(os.fsencode(self.path)).hexdigest()[:16]
+
+    def file_for(self, source_path: str) -> Path | None:
+        """Where the file stored as `source_path` lives below this root; None when it is not below it."""
+        if source_path == self.prefix:
+            return self.path
+        if source_path.startswith(self.prefix + "/"):
+            return self.path / source_path[len(self.prefix) + 1:]
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """A file to ingest: its real path (no link in it) and the path it is stored under."""
+    """A file to ingest: its real path (no link in it), the path it is stored under, and what `stat` said."""
 
     path: Path
     source_path: str
     size: int
+    root: Root
+    mtime_ns: int = 0
+    inode: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,37 +90,72 @@ class SkippedLink:
 
 @dataclasses.dataclass
 class Found:
+    roots: list[Root] = dataclasses.field(default_factory=list)
     candidates: list[Candidate] = dataclasses.field(default_factory=list)
     unsupported: list[str] = dataclasses.field(default_factory=list)  # source paths left out for their type
     links: list[SkippedLink] = dataclasses.field(default_factory=list)
 
 
-def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[str]) -> Found:
+def resolve_roots(paths: Sequence[Path], prefixes: Sequence[str] = ()) -> list[Root]:
+    """The roots with their prefixes (the rule above); InvalidArgument for a missing path or a bad --prefix."""
+    if prefixes and len(prefixes) != len(paths):
+        raise InvalidArgument("--prefix", f"give one --prefix per PATH ({len(paths)}), not {len(prefixes)}")
+    named: list[str | None] = [check_prefix(prefix) for prefix in prefixes] or [None] * len(paths)
+    given = [(_resolved_root(path), prefix) for path, prefix in zip(paths, named, strict=True)]
+    kept: list[tuple[Path, str | None]] = []
+    for path, prefix in given:
+        inside = any(other != path and other in path.parents and other.is_dir() for other, _ in given)
+        if not inside and path not in [kept_path for kept_path, _ in kept]:
+            kept.append((path, prefix))
+    if len(kept) == 1 or prefixes:
+        return [Root(path, prefix or path.name or "root") for path, prefix in kept]
+    base = Path(os.path.commonpath([path.parent for path, _ in kept]))
+    return [Root(path, path.relative_to(base).as_posix() if path != base else "root") for path, _ in kept]
+
+
+def check_prefix(prefix: str | None) -> str:
+    """A --prefix: a relative path of plain names ('a/b'), no '.', '..', empty part or control character."""
+    text = (prefix or "").strip("/")
+    parts = text.split("/")
+    if not text or len(text) > 200 or any(part in ("", ".", "..") for part in parts) \
+            or any(ord(char) < 32 for char in text):
+        raise InvalidArgument("--prefix", f"{prefix!r} is not a relative path of plain names such as 'docs/html'")
+    return text
+
+
+def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[str],
+               prefixes: Sequence[str] = ()) -> Found:
     """The files to ingest, in a stable order. A folder is walked below it; `pattern` (fnmatch, on the path
-    below the folder and on the name) narrows what is taken."""
+    below the folder and on the name) narrows what is taken. Collision when two files share a source_path."""
     allowed = {f".{extension.lower().lstrip('.')}" for extension in extensions}
-    roots = [_resolved_root(path) for path in paths]
-    found = Found()
+    roots = resolve_roots(paths, prefixes)
+    found = Found(roots=roots)
     taken: dict[str, Candidate] = {}
     for root in roots:
-        if root.is_file():
-            files: Iterator[tuple[Path, str]] = iter([(root, root.name)])
+        if root.path.is_file():
+            files: Iterator[tuple[Path, Root]] = iter([(root.path, root)])
         else:
             files = _walk(root, roots, found.links)
-        for path, source_path in files:
-            relative = source_path.split("/", 1)[-1]
+        for path, home in files:
+            source_path = _source_path(path, home)
+            relative = path.relative_to(home.path).as_posix() if path != home.path else path.name
             if pattern and not (fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(path.name, pattern)):
                 continue
             if path.suffix.lower() not in allowed:
                 if source_path not in found.unsupported:
                     found.unsupported.append(source_path)
                 continue
-            if source_path not in taken:
-                try:
-                    size = path.stat().st_size
-                except OSError:
-                    continue  # gone since the walk saw it
-                taken[source_path] = Candidate(path, source_path, size)
+            earlier = taken.get(source_path)
+            if earlier is not None:
+                if earlier.path != path:
+                    raise Collision("PATH", f"{earlier.path} and {path} would both be stored as {source_path}; "
+                                            "nothing was written (give each PATH its own --prefix)")
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue  # gone since the walk saw it
+            taken[source_path] = Candidate(path, source_path, stat.st_size, home, stat.st_mtime_ns, stat.st_ino)
     found.candidates = sorted(taken.values(), key=lambda candidate: candidate.source_path)
     found.unsupported.sort()
     found.links.sort(key=lambda link: link.path)
@@ -89,11 +171,11 @@ def _resolved_root(path: Path) -> Path:
         raise InvalidArgument("PATH", f"{path} is a broken symbolic link or a loop of links") from None
 
 
-def _walk(root: Path, roots: Sequence[Path], links: list[SkippedLink]) -> Iterator[tuple[Path, str]]:
-    """(real path, source_path) of the regular files below the real folder `root`, links inside the roots
+def _walk(root: Root, roots: Sequence[Root], links: list[SkippedLink]) -> Iterator[tuple[Path, Root]]:
+    """(real path, its root) of the regular files below the real folder `root`, links inside the roots
     followed; the links not followed go to `links`."""
     walked: set[Path] = set()
-    folders = [root]
+    folders = [root.path]
     while folders:
         folder = folders.pop()
         if folder in walked:
@@ -120,10 +202,10 @@ def _walk(root: Path, roots: Sequence[Path], links: list[SkippedLink]) -> Iterat
             elif is_file:
                 home = _root_of(path, root, roots)
                 if home is not None:
-                    yield path, _source_path(path, home)
+                    yield path, home
 
 
-def _target_inside(link: Path, root: Path, roots: Sequence[Path], links: list[SkippedLink]) -> Path | None:
+def _target_inside(link: Path, root: Root, roots: Sequence[Root], links: list[SkippedLink]) -> Path | None:
     """The real path `link` resolves to when it lies inside the roots; else None, the link reported."""
     where = _source_path(link, _root_of(link.parent, root, roots) or root)
     try:
@@ -137,15 +219,14 @@ def _target_inside(link: Path, root: Path, roots: Sequence[Path], links: list[Sk
     return target
 
 
-def _root_of(path: Path, preferred: Path, roots: Sequence[Path]) -> Path | None:
+def _root_of(path: Path, preferred: Root, roots: Sequence[Root]) -> Root | None:
     """The root `path` (real) lies in: `preferred` when it does, else the first given that does."""
     for root in (preferred, *roots):
-        if path == root or root in path.parents:
+        if path == root.path or root.path in path.parents:
             return root
     return None
 
 
-def _source_path(path: Path, root: Path) -> str:
-    relative = path.relative_to(root).as_posix()
-    name = root.name or "root"
-    return name if relative == "." else f"{name}/{relative}"
+def _source_path(path: Path, root: Root) -> str:
+    relative = path.relative_to(root.path).as_posix()
+    return root.prefix if relative == "." else f"{root.prefix}/{relative}"

@@ -1,0 +1,206 @@
+"""Carrying out an ingest plan (ingest_plan.py) against the engine: moves first, then uploads (waiting until
+each is indexed), then what they replace and what --prune removes; `outcomes` says what happened and
+`entries` what the state file should remember (ingest_state.py).
+
+- every upload carries an Idempotency-Key made of the source_path and the content's SHA-256, so a rerun
+  after Ctrl-C or a lost connection gets the job already queued instead of a second document;
+- a changed file's old document is deleted only once the new version is indexed (search never finds
+  neither);
+- a move is one PATCH /documents/{id} (docs/engine-api.md); an engine without it gets the file uploaded
+  anew and the old document deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from kb_bridge import collections
+from kb_bridge.cli.ingest_plan import Plan, Step, Stored
+from kb_bridge.cli.ingest_state import Known
+from kb_bridge.cli.progress import Progress
+from kb_bridge.client.engine import EngineClient
+from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, KbError
+from kb_bridge.uploads.multipart import file_job_body
+
+BLOCK = 1024 * 1024
+POLL_SECONDS = 0.1
+IDEMPOTENCY_PREFIX = "kb-ingest-"
+DONE = {"add": "added", "update": "updated", "move": "moved", "skip": "skipped", "remove": "removed"}
+
+
+@dataclasses.dataclass
+class Outcome:
+    source_path: str
+    status: str  # added | updated | moved | skipped | removed | failed
+    document_id: int | None = None
+    reason: str | None = None
+    moved_from: str | None = None
+
+
+@dataclasses.dataclass
+class _Pending:
+    step: Step
+    job_id: int
+
+
+# --- reading files ------------------------------------------------------------------------------------------
+
+
+def _open(path: Path) -> BinaryIO:
+    # The walk found a regular file at this real path: refuse a link put in its place since (O_NOFOLLOW).
+    return os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with _open(path) as handle:
+        while block := handle.read(BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _blocks(path: Path) -> Iterator[bytes]:
+    with _open(path) as handle:
+        while block := handle.read(BLOCK):
+            yield block
+
+
+# --- the run -------------------------------------------------------------------------------------------------
+
+
+class Ingestion:
+    """Carry out a plan; `outcomes` says what happened, `entries` what the roots' documents now are."""
+
+    def __init__(self, client: EngineClient, collection: str, tags: Sequence[str], progress: Progress,
+                 entries: dict[str, Known], on_outcome: Callable[[Outcome], None] = lambda outcome: None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._client = client
+        self._collection_tag = collections.tag_for(collection)
+        self._tags = [self._collection_tag, *collections.check_user_tags(tags, "--tags")]
+        self._progress = progress
+        self._sleep = sleep
+        self._on_outcome = on_outcome
+        self.entries = entries
+        self.outcomes: list[Outcome] = []
+        self._pending: deque[_Pending] = deque()
+
+    def run(self, plan: Plan) -> None:
+        for step in plan.of("fail"):
+            self._record(step, "failed", reason=step.reason)
+        for step in plan.of("skip"):
+            self._skip(step)
+        uploads = plan.of("add", "update")
+        for step in plan.of("move"):
+            if not self._move(step):
+                uploads.append(dataclasses.replace(step, replaces=(self._document(step).id,)))
+        with self._progress.phase("uploading", sum(s.candidate.size for s in uploads if s.candidate), "B"):
+            for index, step in enumerate(uploads, 1):
+                self._upload(step)
+                self._progress.advance(0, f"{index}/{len(uploads)} files")
+            self._progress.phase("indexing", len(self._pending), "files")
+            while self._pending:
+                if not self._settle(self._pending[0]):
+                    self._sleep(POLL_SECONDS)
+        for step in plan.of("remove"):
+            self._delete([self._document(step).id])
+            self.entries.pop(step.source_path, None)
+            self._record(step, "removed", document_id=self._document(step).id)
+
+    def _skip(self, step: Step) -> None:
+        document = self._document(step)
+        self._delete(step.replaces)  # older versions left by an interrupted update go now
+        if document.root_tag is None and step.candidate is not None:  # stored by an older kb-bridge: adopted
+            self._client.add_tags(document.id, [step.candidate.root.tag])
+        self._remember(step, document.id)
+        self._record(step, "updated" if step.replaces else "skipped", document_id=document.id)
+
+    def _move(self, step: Step) -> bool:
+        """Move the document in place; False when the engine cannot (then the file is uploaded anew)."""
+        document, candidate = self._document(step), step.candidate
+        assert candidate is not None
+        try:
+            self._client.move_document(document.id, step.source_path, candidate.path.name, None)
+            if document.root_tag is None:
+                self._client.add_tags(document.id, [candidate.root.tag])
+        except (EngineUnavailable, EngineAuthFailed):
+            raise
+        except KbError:
+            return False  # an engine without PATCH /documents/{id} (404/405), or the document just went
+        self.entries.pop(document.source_path, None)
+        self._remember(step, document.id)
+        self._record(step, "moved", document_id=document.id, moved_from=document.source_path)
+        return True
+
+    def _upload(self, step: Step) -> None:
+        candidate, sha256 = step.candidate, step.sha256
+        assert candidate is not None and sha256 is not None
+        fields = [("title", candidate.path.name), ("source_path", candidate.source_path), ("priority", "bulk"),
+                  *(("tags", tag) for tag in (*self._tags, candidate.root.tag))]
+        sent = [0]
+
+        def progress(total_sent: int) -> None:
+            self._progress.advance(total_sent - sent[0])
+            sent[0] = total_sent
+
+        body = file_job_body(candidate.path.name, candidate.size, lambda: _blocks(candidate.path), fields, progress)
+        key = IDEMPOTENCY_PREFIX + hashlib.sha256(f"{candidate.source_path}\n{sha256}".encode()).hexdigest()
+        try:
+            job = self._client.upload_file_job(body, key)
+        except (EngineUnavailable, EngineAuthFailed):
+            raise  # nothing else will get through either
+        except KbError as exc:
+            self._progress.advance(candidate.size - sent[0])
+            self._record(step, "failed", reason=exc.message)
+            return
+        self._pending.append(_Pending(step, int(job["id"])))
+
+    def _settle(self, pending: _Pending) -> bool:
+        """Record the job's outcome if it has one; False while it is still queued or running."""
+        job = self._client.get_job(pending.job_id)
+        if job["status"] not in ("done", "failed"):
+            return False
+        self._pending.popleft()
+        step = pending.step
+        if job["status"] == "failed":
+            self._record(step, "failed", reason=str(job.get("error") or "the engine could not index it"))
+        else:
+            self._delete(step.replaces)
+            if step.document is not None:  # a move the engine could not make: the old document goes
+                self.entries.pop(step.document.source_path, None)
+            self._remember(step, int(job["document_id"]))
+            moved_from = step.document.source_path if step.document is not None else None
+            self._record(step, DONE[step.action], document_id=job.get("document_id"), moved_from=moved_from)
+        self._progress.advance(1)
+        return True
+
+    def _delete(self, document_ids: Iterable[int]) -> None:
+        for document_id in document_ids:
+            try:
+                self._client.delete_document(document_id)
+            except KbError as exc:
+                if getattr(exc, "code", "") != "NOT_FOUND":
+                    raise
+
+    @staticmethod
+    def _document(step: Step) -> Stored:
+        assert step.document is not None
+        return step.document
+
+    def _remember(self, step: Step, document_id: int) -> None:
+        candidate = step.candidate
+        if candidate is not None and step.sha256 is not None:
+            self.entries[step.source_path] = Known(candidate.size, candidate.mtime_ns, candidate.inode, step.sha256,
+                                                   document_id, candidate.root.tag)
+
+    def _record(self, step: Step, status: str, document_id: int | None = None, reason: str | None = None,
+                moved_from: str | None = None) -> None:
+        outcome = Outcome(step.source_path, status, document_id, reason, moved_from)
+        self.outcomes.append(outcome)
+        self._on_outcome(outcome)
