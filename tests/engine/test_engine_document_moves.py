@@ -5,7 +5,7 @@ from __future__ import annotations
 import flask
 import pytest
 
-from .helpers import API, error_code, upload, wait_job
+from kb_bridge.testing.engine_app import API, error_code, upload, wait_job
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores
