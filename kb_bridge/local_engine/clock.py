@@ -23,11 +23,11 @@ def parse_iso(text: str, name: str) -> str:
     """A client's timestamp (`Z` or an offset; a bare date or naive time is taken as UTC), normalised."""
     try:
         moment = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return format_iso(moment)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.timezone.utc)
+        return format_iso(moment)
+    except (ValueError, OverflowError):  # OverflowError: an offset that moves year 1 or 9999 out of range
+        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
 
 
 def seconds_ago_iso(seconds: float) -> str:

@@ -6,10 +6,11 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, jsonify, request, stream_with_context
 
-from ..clock import now_iso, parse_iso
+from ..clock import now_iso
 from ..errors import ValidationError
 from ..store.base import DocumentFilter
 from . import current_engine, validation
+from .times import time_bounds
 
 blueprint = Blueprint("documents", __name__)
 
@@ -17,16 +18,16 @@ blueprint = Blueprint("documents", __name__)
 @blueprint.get("/api/v1/documents")
 def list_documents() -> dict[str, object]:
     engine = current_engine()
-    since = request.args.get("updated_since")
+    bounds = time_bounds(request.args, request.args.get("updated_since") or None)
     where = DocumentFilter(
         tags=tuple(validation.check_tag(tag, "tag") for tag in dict.fromkeys(request.args.getlist("tag"))),
         doc_type=validation.arg_string("doc_type"),
         source_path=validation.arg_string("source_path"),
-        updated_since=parse_iso(since, "updated_since") if since else None,
+        **bounds,
     )
     limit, offset = validation.page_args()
     found, total = engine.store.list_documents(where, limit, offset)
-    return {"documents": found, "total": total}
+    return {"documents": found, "total": total, "time_filters": bounds}
 
 
 @blueprint.get("/api/v1/documents/<id:doc_id>")

@@ -13,6 +13,7 @@ from ..ingest import parsers
 from ..ingest.staging import HashingFile
 from ..store.base import JOB_STATUSES, PRIORITIES
 from . import current_engine, validation
+from .times import document_times
 
 blueprint = Blueprint("jobs", __name__)
 
@@ -39,6 +40,7 @@ def _submit_note(key: str | None) -> tuple[dict[str, object], bool]:
         "title": validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS),
         "tags": list(validation.tags(body.get("tags"))),
         "source_path": validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS),
+        **document_times(body),
     }
     return engine.intake.submit_note(fields, key, _priority(validation.string(body, "priority")))
 
@@ -68,6 +70,7 @@ def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
         "title": validation.string(form, "title", max_chars=validation.MAX_TITLE_CHARS),
         "source_path": validation.string(form, "source_path", max_chars=validation.MAX_PATH_CHARS),
         "tags": list(validation.form_tags(form.getlist("tags"))),
+        **document_times(form),
     }
     return engine.intake.submit_file(part, filename, doc_type, fields, key,
                                      _priority(validation.string(form, "priority")))

@@ -29,6 +29,8 @@ def read_job(job: ClaimedJob, staging_dir: Path) -> NewDocument:
             sha256=text_sha256(text),
             content=text,
             tags=tags,
+            created_at=payload.get("created_at"),
+            updated_at=payload.get("updated_at"),
         )
     path = staged_path(job, staging_dir)
     if path is None or not path.is_file():
@@ -42,4 +44,6 @@ def read_job(job: ClaimedJob, staging_dir: Path) -> NewDocument:
         sha256=str(payload["sha256"]),
         content=parsers.extract_text(path, payload["doc_type"]),
         tags=tags,
+        created_at=payload.get("created_at"),
+        updated_at=payload.get("updated_at"),
     )

@@ -37,15 +37,27 @@ def text_sha256(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DocumentFilter:
-    """Which documents a listing or a search may return; every given criterion must hold."""
+    """Which documents a listing or a search may return; every given criterion must hold.
+
+    Time bounds are timestamps as clock.py writes them (so they compare as text): `*_after` is inclusive
+    (>=), `*_before` exclusive (<), on the document's created_at or updated_at (engine 3.8)."""
 
     tags: tuple[str, ...] = ()
     doc_type: str | None = None
     source_path: str | None = None
-    updated_since: str | None = None
+    created_after: str | None = None
+    created_before: str | None = None
+    updated_after: str | None = None
+    updated_before: str | None = None
 
     def is_empty(self) -> bool:
-        return not (self.tags or self.doc_type or self.source_path or self.updated_since)
+        return not (self.tags or self.doc_type or self.source_path or self.time_bounds())
+
+    def time_bounds(self) -> list[tuple[str, str, str]]:
+        """(column, SQL operator, bound) of each given time bound."""
+        bounds = (("created_at", ">=", self.created_after), ("created_at", "<", self.created_before),
+                  ("updated_at", ">=", self.updated_after), ("updated_at", "<", self.updated_before))
+        return [(column, operator, value) for column, operator, value in bounds if value is not None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +71,9 @@ class NewDocument:
     sha256: str
     content: str
     tags: tuple[str, ...]
+    # The times an imported document keeps (POST /jobs `created_at`/`updated_at`, engine 3.8); None: now.
+    created_at: str | None = None
+    updated_at: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,10 @@ from .base import JSON, DocumentFilter, Ranking
 if TYPE_CHECKING:
     from .derived import DerivedIndexes, Transactions
 
-# Filters the text index cannot apply itself; the store resolves them to document ids first.
-SQL_ONLY_FILTERS = ("source_path", "updated_since")
+# Filters the text index cannot apply itself; the store resolves them to document ids first (with the
+# documents' indexes on source_path, created_at and updated_at), so BM25 ranks only those documents' chunks
+# and the top k come back whenever k such chunks match.
+SQL_ONLY_FILTERS = ("source_path", "created_after", "created_before", "updated_after", "updated_before")
 
 
 class SqlReads:

@@ -34,11 +34,13 @@ def where_sql(where: DocumentFilter, alias: str = "d") -> tuple[str, list[object
     for tag in where.tags:
         clauses.append(f"EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = {alias}.id AND t.tag = %s)")
         params.append(tag)
-    for column, value, operator in (("doc_type", where.doc_type, "="), ("source_path", where.source_path, "="),
-                                    ("updated_at", where.updated_since, ">=")):
+    for column, value, operator in (("doc_type", where.doc_type, "="), ("source_path", where.source_path, "=")):
         if value is not None:
             clauses.append(f"{alias}.{column} {operator} %s")
             params.append(value)
+    for column, operator, bound in where.time_bounds():
+        clauses.append(f"{alias}.{column} {operator} %s")
+        params.append(bound)
     return (" AND ".join(clauses) or "TRUE"), params
 
 
@@ -85,7 +87,8 @@ def insert_documents(conn: Any, items: Sequence[NewDocument], now: str) -> list[
         doc_id = conn.execute(
             "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at) "
             "VALUES (%s, %s, %s, %s, %s, 1, %s, %s) RETURNING id",
-            (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, now, now),
+            (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, new.created_at or now,
+             new.updated_at or new.created_at or now),
         ).fetchone()[0]
         ids.append(int(doc_id))
     with conn.cursor() as cursor:

@@ -145,6 +145,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "jobs keep the tags their document gets, past the end of the job (kb engine 3.7)", (
         "ALTER TABLE jobs ADD COLUMN tags TEXT",
     )),
+    Migration(4, "documents found by creation time: search and listings filter on it (kb engine 3.8)", (
+        "CREATE INDEX documents_created_at ON documents (created_at, id)",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -32,11 +32,13 @@ def where_sql(where: DocumentFilter, alias: str = "d") -> tuple[str, list[object
     for column, value, operator in (
         ("doc_type", where.doc_type, "="),
         ("source_path", where.source_path, "="),
-        ("updated_at", where.updated_since, ">="),
     ):
         if value is not None:
             clauses.append(f"{alias}.{column} {operator} ?")
             params.append(value)
+    for column, operator, bound in where.time_bounds():
+        clauses.append(f"{alias}.{column} {operator} ?")
+        params.append(bound)
     return (" AND ".join(clauses) or "1"), params
 
 
@@ -121,7 +123,8 @@ def insert_document(conn: sqlite3.Connection, new: NewDocument, now: str) -> int
     cursor = conn.execute(
         "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at) "
         "VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
-        (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, now, now),
+        (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, new.created_at or now,
+         new.updated_at or new.created_at or now),
     )
     doc_id = int(cursor.lastrowid or 0)
     conn.execute("INSERT INTO document_content (document_id, text) VALUES (?, ?)", (doc_id, new.content))

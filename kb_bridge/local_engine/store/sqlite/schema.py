@@ -165,6 +165,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         # NULL for the jobs queued before: the engine does not know their tags, and says so (null).
         ("ALTER TABLE jobs ADD COLUMN tags TEXT",),
     ),
+    Migration(
+        6,
+        "documents found by creation time: search and listings filter on it (kb engine 3.8)",
+        # updated_at has had its index since version 2.
+        ("CREATE INDEX documents_created_at ON documents(created_at, id)",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

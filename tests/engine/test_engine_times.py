@@ -1,0 +1,131 @@
+"""Engine 3.8 times: documents filtered by created_at / updated_at in listings and in every search mode
+(before the cut to top_n), and the times an imported document keeps (POST /jobs created_at, updated_at)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from kb_bridge.testing.engine_app import API, add_note, error_code, upload, wait_job
+
+# The engine API suite: every test here runs once per store (tests/engine/conftest.py).
+pytestmark = pytest.mark.both_stores
+
+OLD = "2020-03-01T10:00:00.000Z"
+OLD_EDIT = "2021-06-01T09:30:00.000Z"
+
+
+def listed(client: FlaskClient, **params: Any) -> list[int]:
+    response = client.get(f"{API}/documents", query_string=params)
+    assert response.status_code == 200, response.json
+    return [d["id"] for d in response.json["documents"]]
+
+
+def search(client: FlaskClient, **body: Any) -> dict[str, Any]:
+    response = client.post(f"{API}/search", json=body)
+    assert response.status_code == 200, response.json
+    return dict(response.json)
+
+
+def test_a_note_and_a_file_keep_the_times_they_are_given(client: FlaskClient) -> None:
+    note = add_note(client, "A note written long ago.", created_at="2020-03-01T11:00:00+01:00", updated_at=OLD_EDIT)
+    assert (note["created_at"], note["updated_at"]) == (OLD, OLD_EDIT)  # normalised to UTC with milliseconds
+    only_created = add_note(client, "Another old note.", created_at="2020-03-01")
+    assert only_created["created_at"] == only_created["updated_at"] == "2020-03-01T00:00:00.000Z"
+    response = upload(client, "old.md", b"# Old file\n\nKept with its times.", created_at=OLD, updated_at=OLD_EDIT)
+    assert response.status_code == 202, response.json
+    job = wait_job(client, response.json["id"])
+    document = client.get(f"{API}/documents/{job['document_id']}").json
+    assert (document["created_at"], document["updated_at"]) == (OLD, OLD_EDIT)
+    assert job["created_at"] > OLD_EDIT  # the job's own time is now
+    fresh = add_note(client, "A note of today.")
+    assert fresh["created_at"] > "2025" and fresh["created_at"] == fresh["updated_at"]
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"created_at": "yesterday"}, "created_at"),
+    ({"updated_at": OLD}, "updated_at"),  # without created_at
+    ({"created_at": OLD_EDIT, "updated_at": OLD}, "updated_at"),  # earlier than created_at
+    ({"created_at": 20200301}, "created_at"),
+    ({"created_at": "2020-02-30"}, "created_at"),
+])
+def test_wrong_document_times_are_422_naming_the_field(client: FlaskClient, fields: dict[str, Any], named: str) -> None:
+    response = client.post(f"{API}/jobs", json={"text": "x", **fields})
+    assert response.status_code == 422 and error_code(response) == "validation_error"
+    assert response.json["error"]["message"].startswith(named), response.json
+    if not all(isinstance(value, str) for value in fields.values()):
+        return  # a form field is always text ("20200301" is ISO 8601's basic form of a date)
+    form = upload(client, "x.md", b"x", **fields)
+    assert form.status_code == 422 and form.json["error"]["message"].startswith(named), form.json
+
+
+def _placed(client: FlaskClient) -> dict[str, dict[str, Any]]:
+    """Three documents at known times: a (created and updated 2020), b (created 2020, updated 2022),
+    c (created and updated 2023)."""
+    return {
+        "a": add_note(client, "Kingfishers perch above streams.", created_at="2020-01-01T00:00:00Z"),
+        "b": add_note(client, "Kingfishers dive for small fish.", created_at="2020-06-01T00:00:00Z",
+                      updated_at="2022-01-01T00:00:00Z"),
+        "c": add_note(client, "Kingfishers nest in river banks.", created_at="2023-01-01T00:00:00Z"),
+    }
+
+
+def test_listings_filter_by_created_and_updated_after_inclusive_before_exclusive(client: FlaskClient) -> None:
+    docs = _placed(client)
+    a, b, c = (docs[k]["id"] for k in "abc")
+    assert listed(client, created_after="2020-06-01T00:00:00Z") == [c, b]  # inclusive
+    assert listed(client, created_before="2020-06-01T00:00:00Z") == [a]  # exclusive
+    assert listed(client, created_after="2020-01-01", created_before="2023-01-01") == [b, a]
+    assert listed(client, updated_after="2021-01-01") == [c, b]
+    assert listed(client, updated_before="2022-01-01T00:00:00.001Z") == [b, a]
+    assert listed(client, updated_after="2021-01-01", created_before="2021-01-01") == [b]
+    # updated_since, the older name, narrows updated_after further when both are given.
+    assert listed(client, updated_since="2022-06-01", updated_after="2021-01-01") == [c]
+    answer = client.get(f"{API}/documents", query_string={"created_after": "2020-06-01T02:00:00+02:00"}).json
+    assert answer["time_filters"]["created_after"] == "2020-06-01T00:00:00.000Z" and answer["total"] == 2
+
+
+@pytest.mark.parametrize(("params", "named"), [
+    ({"created_after": "last week"}, "created_after"),
+    ({"updated_before": "2020-13-01"}, "updated_before"),
+    ({"created_after": "2021-01-01", "created_before": "2020-01-01"}, "created_after"),
+    ({"updated_after": "2021-01-01", "updated_before": "2020-01-01"}, "updated_after"),
+])
+def test_wrong_bounds_are_422_naming_the_field(client: FlaskClient, params: dict[str, str], named: str) -> None:
+    for response in (client.get(f"{API}/documents", query_string=params),
+                     client.post(f"{API}/search", json={"query": "x", **params})):
+        assert response.status_code == 422 and error_code(response) == "validation_error"
+        assert response.json["error"]["message"].startswith(named), response.json
+    response = client.post(f"{API}/search", json={"query": "x", "created_after": 2020})
+    assert response.status_code == 422 and response.json["error"]["message"].startswith("created_after")
+
+
+def _crowded(client: FlaskClient) -> list[int]:
+    """Twelve recent notes that match "heron" strongly, and two from 2019 that match it weakly: a search
+    that cut to its top hits before filtering by time would find none of the old ones."""
+    for n in range(12):
+        add_note(client, f"Heron heron herons: grey heron number {n} stands in the heron pond.", title=f"Heron {n}")
+    return [add_note(client, f"Among waders at the lake a heron was seen once, log {n}.", title=f"Old log {n}",
+                     created_at=f"2019-0{n + 1}-01T00:00:00Z")["id"] for n in range(2)]
+
+
+def test_fts_filters_by_time_before_the_cut(client: FlaskClient) -> None:
+    old = _crowded(client)
+    found = search(client, query="heron", mode="fts", top_n=2, created_before="2020-01-01")
+    assert sorted(hit["document_id"] for hit in found["results"]) == sorted(old)
+    assert all(hit["created_at"] < "2020" and hit["updated_at"] for hit in found["results"])
+    assert found["time_filters"] == {"created_after": None, "created_before": "2020-01-01T00:00:00.000Z",
+                                     "updated_after": None, "updated_before": None}
+    assert len(search(client, query="heron", mode="fts", top_n=20, updated_after="2020-01-01")["results"]) == 12
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_vector_and_hybrid_filter_by_time_before_the_cut(vclient: FlaskClient, mode: str) -> None:
+    old = _crowded(vclient)
+    found = search(vclient, query="a heron by the water", mode=mode, top_n=2, updated_before="2020-01-01")
+    assert found["mode"] == mode and sorted(hit["document_id"] for hit in found["results"]) == sorted(old)
+    only_first = search(vclient, query="a heron by the water", mode=mode, top_n=5, created_after="2019-01-01",
+                        created_before="2019-02-01")
+    assert [hit["document_id"] for hit in only_first["results"]] == [old[0]]
