@@ -98,6 +98,7 @@ CHUNK = obj(
         "doc_type": OPT_STR,
         "collection": OPT_STR,
         "tags": TAGS,
+        "created_at": OPT_STR,
         "updated_at": OPT_STR,
     },
     required=[],
@@ -193,6 +194,7 @@ def chunk(raw: Any) -> dict[str, Any]:
         "doc_type": _opt(raw, "doc_type", str),
         "collection": collection,
         "tags": tags,
+        "created_at": _opt(raw, "created_at", str),
         "updated_at": _opt(raw, "updated_at", str) or _opt(raw, "created_at", str),
     }
 

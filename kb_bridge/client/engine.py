@@ -38,12 +38,14 @@ from kb_bridge.redaction import Redactor
 from kb_bridge.client import deadline
 from kb_bridge.client.retry import RetryPolicy
 from kb_bridge.client.translation import Outcome, clean_message, error_for_answer, transport_errors
-from kb_bridge.client.versions import version_problem
+from kb_bridge.client.versions import engine_version, lacks_time_filters, version_problem
 from kb_bridge.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
 
 API = "/api/v1"
+# The engine's time bounds (3.8); an engine that applied them says so with `time_filters` in its answer.
+TIME_BOUNDS = ("created_after", "created_before", "updated_after", "updated_before")
 
 
 class StreamedBody(Protocol):
@@ -149,7 +151,17 @@ class EngineClient:
 
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
         # Search changes nothing, so it is as safe to repeat as a GET.
-        return self._json(Call("POST", f"{API}/search", "POST /search", "search", safe=True, json=dict(body)))
+        answer = self._json(Call("POST", f"{API}/search", "POST /search", "search", safe=True, json=dict(body)))
+        return self._time_filtered(any(key in body for key in TIME_BOUNDS), answer)
+
+    def _time_filtered(self, asked: bool, answer: dict[str, Any]) -> dict[str, Any]:
+        """The answer, unless time bounds were asked for and the engine did not apply them: an engine before
+        3.8 ignores them, and its unfiltered results must never pass for filtered ones. Checked on the
+        answer itself, not on a version read earlier, so that one old replica behind a balancer is caught."""
+        if asked and not isinstance(answer.get("time_filters"), dict):
+            status = self.status()
+            raise EngineUnsupported(lacks_time_filters(status), engine_version=engine_version(status) or None)
+        return answer
 
     def create_note_job(self, body: Mapping[str, Any], idempotency_key: str) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key}
@@ -183,7 +195,8 @@ class EngineClient:
         return self._json(Call("GET", path, "GET /jobs/{id}", f"job {job_id}", safe=True))
 
     def list_documents(self, params: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-        return self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", safe=True, params=params))
+        answer = self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", safe=True, params=params))
+        return self._time_filtered(any(key in TIME_BOUNDS for key, _ in params), answer)
 
     def get_document(self, document_id: int) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}"

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 MIN_ENGINE_VERSION = (3, 0, 0)
+# Search and listings filtered by created/updated time (kb_search and kb_list `since`/`until`).
+TIME_FILTERS_VERSION = (3, 8, 0)
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -32,3 +34,11 @@ def version_problem(status: Mapping[str, Any]) -> str | None:
     if parsed is None or parsed < MIN_ENGINE_VERSION:
         return f"engine version {version or 'unknown'} is older than 3.0.0 (it cannot update notes)"
     return None
+
+
+def lacks_time_filters(status: Mapping[str, Any]) -> str:
+    """Why an engine that answered a time-filtered request without saying it applied the bounds cannot
+    serve it (it ignored them: its results are not filtered)."""
+    version = engine_version(status) or "unknown"
+    wanted = ".".join(str(n) for n in TIME_FILTERS_VERSION)
+    return f"the kb engine (version {version}) cannot filter by time; since and until need engine {wanted} or newer"

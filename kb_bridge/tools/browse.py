@@ -10,7 +10,7 @@ from typing import Any
 from kb_bridge import collections, shapes
 from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import reach, render
+from kb_bridge.tools import reach, render, time_range
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 # doc_type counts in a collection's details; anything else is counted as "other".
@@ -43,6 +43,9 @@ class ListArguments:
     doc_type: str | None = a.field(a.DOC_TYPE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
     updated_since: str | None = a.field({"type": "string", "maxLength": 40}, default=None, description="ISO-8601 date or date-time")
+    since: str | None = a.field(a.TIME, default=None, description=a.SINCE_HELP)
+    until: str | None = a.field(a.TIME, default=None, description=a.UNTIL_HELP)
+    time_field: str = a.field(a.TIME_FIELD, default="created")
     limit: int = a.field(a.PAGE_LIMIT, default=20)
     cursor: str | None = a.field({"type": "string", "maxLength": 200}, default=None, description="next_cursor from the previous page")
 
@@ -116,6 +119,7 @@ def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
             params.append((key, value))
     if args.updated_since is not None:
         params.append(("updated_since", _check_timestamp(args.updated_since)))
+    params.extend(time_range.engine_bounds(args.since, args.until, args.time_field).items())
     raw, total, following = reach.page_of_documents(
         ctx.engine, ctx.principal, params, args.collection, args.tags, args.limit, args.cursor
     )
@@ -157,8 +161,8 @@ TOOLS = [
     ToolSpec(
         name="kb_list",
         title="List documents",
-        description="Browse documents by metadata (collection, tags, doc_type, source_path, updated_since), "
-        "newest update first, a page at a time (cursor). Use kb_search to find by content.",
+        description="Browse documents by metadata (collection, tags, doc_type, source_path, since/until on "
+        "time_field), newest update first, a page at a time (cursor). Use kb_search to find by content.",
         arguments=ListArguments,
         output_schema=LIST_OUTPUT,
         handler=list_documents,

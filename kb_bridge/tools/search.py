@@ -8,14 +8,15 @@ from typing import Any
 from kb_bridge import collections, shapes
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import reach, render
+from kb_bridge.tools import reach, render, time_range
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 DESCRIPTION = (
     "Search the knowledge base; returns the best-matching chunks with their document ids. "
     "collection scopes it (e.g. memory, documents); tags must all match. "
     "For a complex question, search 2-3 differently phrased queries and merge the results by "
-    "chunk_id; then rerank by reading them yourself. mode: hybrid (default), fts (exact words), vector (meaning)."
+    "chunk_id; then rerank by reading them yourself. mode: hybrid (default), fts (exact words), vector (meaning). "
+    "since/until filter by the documents' time_field."
 )
 
 
@@ -28,6 +29,9 @@ class SearchArguments:
     collection: str | None = a.field(a.COLLECTION, default=None)
     fts_only: bool | None = a.field(a.BOOLEAN, default=None)
     mode: str | None = a.field(a.MODE, default=None)
+    since: str | None = a.field(a.TIME, default=None, description=a.SINCE_HELP)
+    until: str | None = a.field(a.TIME, default=None, description=a.UNTIL_HELP)
+    time_field: str = a.field(a.TIME_FIELD, default="created")
 
 
 OUTPUT = shapes.result({"query": shapes.STR, "mode": shapes.STR, "results": {"type": "array", "items": shapes.CHUNK}})
@@ -46,6 +50,7 @@ def engine_request(args: SearchArguments, collection: str | None = None) -> dict
         value = getattr(args, key)
         if value is not None:
             body[key] = value
+    body.update(time_range.engine_bounds(args.since, args.until, args.time_field))
     return body
 
 

@@ -1,0 +1,63 @@
+"""`since`, `until` and `time_field` of kb_search and kb_list, turned into the engine's time bounds
+(docs/engine-api.md, engine 3.8: `created_after`, `created_before`, `updated_after`, `updated_before`).
+
+A value is an ISO 8601 date or date-time (UTC when it has no offset) or a span back from now (`30m`, `36h`,
+`7d`, `2w`). `since` is inclusive and `until` exclusive, as the engine's bounds are; a bare date in `until`
+means the end of that day, so `since=2026-04-01, until=2026-04-30` is the whole of April 1 to 30.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from kb_bridge.errors import InvalidArgument
+
+FIELDS = ("created", "updated")
+BOUNDS = ("created_after", "created_before", "updated_after", "updated_before")
+_SPAN = re.compile(r"(\d{1,7})([mhdw])")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?")
+FORMS = "an ISO 8601 date or date-time (e.g. 2026-04-01 or 2026-04-01T09:30:00Z) or a span back from now " \
+        "(30m, 36h, 7d, 2w)"
+
+
+def moment(value: str, field: str, now: datetime, end_of_day: bool = False) -> datetime:
+    """The instant `value` names (UTC-aware); InvalidArgument naming `field` otherwise."""
+    text = value.strip()
+    try:
+        span = _SPAN.fullmatch(text)
+        if span:
+            return now - timedelta(**{_UNITS[span.group(2)]: int(span.group(1))})
+        if _DATE.fullmatch(text):
+            day = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+            return day + timedelta(days=1) if end_of_day else day
+        if _DATE_TIME.fullmatch(text):
+            found = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return found if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(field, f"{value[:60]!r} is not a real date, time or span") from None
+    raise InvalidArgument(field, f"must be {FORMS}")
+
+
+def iso(instant: datetime) -> str:
+    return instant.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def engine_bounds(since: str | None, until: str | None, time_field: str,
+                  now: datetime | None = None) -> dict[str, str]:
+    """The engine's bounds for these arguments ({} when neither is given)."""
+    if time_field not in FIELDS:
+        raise InvalidArgument("time_field", f"must be one of {', '.join(FIELDS)}")
+    now = now or datetime.now(timezone.utc)
+    bounds: dict[str, str] = {}
+    start = moment(since, "since", now) if since is not None else None
+    end = moment(until, "until", now, end_of_day=True) if until is not None else None
+    if start is not None and end is not None and start > end:
+        raise InvalidArgument("since", f"is later than until ({iso(start)} > {iso(end)})")
+    if start is not None:
+        bounds[f"{time_field}_after"] = iso(start)
+    if end is not None:
+        bounds[f"{time_field}_before"] = iso(end)
+    return bounds
