@@ -61,3 +61,24 @@ def test_the_key_is_the_records_own() -> None:
     assert key != check_record({**record, "id": 4}).key  # another document with the same text
     assert key != check_record({**record, "title": "Curlews"}).key
     assert len(key) <= 255 and key.startswith("kb-import-")
+
+
+def test_times_are_checked_naming_the_field() -> None:
+    with pytest.raises(InvalidArgument, match="^created_at: is not an ISO-8601 timestamp"):
+        check_record({"doc_type": "note", "text": "x", "created_at": "last spring"})
+    with pytest.raises(InvalidArgument, match="^updated_at: must be a string"):
+        check_record({"doc_type": "note", "text": "x", "updated_at": 20260101})
+    kept = check_record({"doc_type": "note", "text": "x", "created_at": "2021-01-01T08:00:00.000Z",
+                         "updated_at": "2022-02-02T09:00:00Z"})
+    assert (kept.created_at, kept.updated_at) == ("2021-01-01T08:00:00.000Z", "2022-02-02T09:00:00Z")
+
+
+def test_a_record_is_the_same_document_by_source_path_or_else_by_title_and_text() -> None:
+    def identity(**fields: object) -> tuple[str | None, ...]:
+        return check_record({"doc_type": "note", "text": "Same text.", "collection": "memory", **fields}).identity
+
+    assert identity(title="preferences") != identity(title="habits")  # the same text under two titles
+    assert identity(title="preferences") != identity(title="preferences", collection="documents")
+    assert identity(title="preferences") == identity(title="preferences", id=99)
+    assert identity(title="a", source_path="notes/a.md") != identity(title="a", source_path="notes/b.md")
+    assert identity(title="a", source_path="notes/a.md") == identity(title="b", source_path="notes/a.md", text="other")

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from kb_bridge.errors import InvalidArgument
 KEY_PREFIX = "kb-import-"
 # Fields import reads, each a string when present (null is the same as absent).
 STRING_FIELDS = ("collection", "title", "source_path", "doc_type", "text", "filename", "content_type",
-                 "original_base64")
+                 "original_base64", "created_at", "updated_at")
+TIME_FIELDS = ("created_at", "updated_at")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +46,27 @@ class Record:
     data: bytes | None  # a file's bytes; None for a note
     sha256: str  # of the content as the engine stores it: the note's text (UTF-8) or the file's bytes
     key: str  # the Idempotency-Key of its job
+    created_at: str | None = None  # the document's times, kept by an engine 3.8 or newer
+    updated_at: str | None = None
 
     @property
     def is_note(self) -> bool:
         return self.data is None
+
+    @property
+    def identity(self) -> tuple[str | None, ...]:
+        """What makes it the same document as a stored one (stored_identity)."""
+        return stored_identity(self.collection, self.source_path, self.title, self.sha256)
+
+
+def stored_identity(collection: str | None, source_path: str | None, title: str | None,
+                    sha256: str | None) -> tuple[str | None, ...]:
+    """A document is already stored when its collection holds one at the same source_path or, without a
+    source_path, one with the same title and content. The content alone is not enough: distinct notes
+    often share a text (a one-line preference saved under two titles, the same text in two collections)."""
+    if source_path:
+        return ("path", collection, source_path)
+    return ("content", collection, title, sha256)
 
 
 def read_records(path: Path, failed: Callable[[int, str], None], progress: Callable[[int], object]) -> Iterator[Record]:
@@ -102,6 +121,9 @@ def check_record(raw: Any, line: int = 0) -> Record:
     for tag in tags:
         _utf8(tag, "tags")
     tags = collections.check_user_tags(tags)
+    for name in TIME_FIELDS:
+        if raw.get(name):
+            _timestamp(raw[name], name)
     text, original, doc_type = raw.get("text"), raw.get("original_base64"), raw.get("doc_type")
     if doc_type != "note" and original is None and text:
         doc_type = "note"  # a file exported without its bytes (engine before 3.6) comes back as a note of its text
@@ -124,7 +146,8 @@ def check_record(raw: Any, line: int = 0) -> Record:
     return Record(line=line, collection=collection, tags=tags, title=raw.get("title") or None,
                   source_path=raw.get("source_path") or None, text=text if data is None else None,
                   filename=raw.get("filename") if data is not None else None, data=data, sha256=sha256,
-                  key=record_key(raw, sha256))
+                  key=record_key(raw, sha256), created_at=raw.get("created_at") or None,
+                  updated_at=raw.get("updated_at") or None)
 
 
 def record_key(raw: dict[str, Any], sha256: str) -> str:
@@ -134,6 +157,13 @@ def record_key(raw: dict[str, Any], sha256: str) -> str:
     meaning["sha256"] = sha256  # of the content itself, whatever the file claims
     canonical = json.dumps(meaning, sort_keys=True, separators=(",", ":"))  # ASCII: lone surrogates escaped
     return KEY_PREFIX + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _timestamp(value: str, name: str) -> None:
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(name, f"is not an ISO-8601 timestamp: {value[:40]!r}") from None
 
 
 def _utf8(value: str, name: str) -> bytes:

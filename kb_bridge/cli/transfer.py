@@ -10,12 +10,16 @@ so an interrupted export never leaves a half file under the name.
 
 Import reads the file one line at a time (memory does not grow with the file), queues each record as a
 note or an upload, and waits for the jobs. A line that is not JSON or a record that is not valid is reported
-by its line number and skipped; the rest import (exit status 1 says not everything did). A record whose
-content (sha256) is already stored in its collection is skipped. Every job carries an Idempotency-Key
-derived from its record (import_records.py), so a rerun of the same file, after Ctrl-C or a failure, gets
-an earlier run's job back instead of a second document, whatever state that job is in. Ids and versions are
-the new engine's own (a document starts again at version 1); titles, tags, collections, source paths and
-contents are kept, so the same searches find the same documents.
+by its line number and skipped; the rest import (exit status 1 says not everything did). A record is
+already stored, and skipped, when its collection holds a document at the same source_path or, without one,
+with the same title and content (import_records.stored_identity); each stored document accounts for one
+record, so distinct documents that share a text, a title or even a source_path all come back. Every job
+carries an Idempotency-Key derived from its record (import_records.py), so a rerun of the same file, after
+Ctrl-C or a failure, gets an earlier run's job back instead of a second document, whatever state that job
+is in. Ids and versions are the new engine's own (a document starts again at version 1); titles, tags,
+collections, source paths, contents and original bytes are kept, and on an engine 3.8 or newer the
+documents' `created_at` and `updated_at` too (docs/engine-api.md; an older engine gives the copies new
+times, and import says so).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,9 +40,10 @@ from typing import Any
 from kb_bridge import collections, shapes
 from kb_bridge.cli.configured import with_settings
 from kb_bridge.cli.exits import FAILED, OK, add_command, hint
-from kb_bridge.cli.import_records import Record, read_records
+from kb_bridge.cli.import_records import Record, read_records, stored_identity
 from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
+from kb_bridge.client.versions import TIME_FILTERS_VERSION, engine_version, parse_version
 from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, InvalidArgument, KbError, NotFound
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
@@ -56,10 +62,11 @@ def add_arguments(commands: Any) -> None:
     importing = add_command(commands, "import", with_settings(run_import),
                             help="add the documents of a JSONL export to the knowledge base (idempotent)",
                             description="Queue every record of an export as a note or an upload and wait until "
-                                        "each is indexed. Records already stored (same content in the same "
-                                        "collection) are skipped, and each job's Idempotency-Key comes from its "
-                                        "record: a rerun, even after Ctrl-C, never adds a record twice. Invalid "
-                                        "lines are reported by number and skipped.",
+                                        "each is indexed, keeping its times (engine 3.8+). Records already stored "
+                                        "(the same source_path, or for one without, the same title and content, "
+                                        "in the same collection) are skipped, and each job's Idempotency-Key "
+                                        "comes from its record: a rerun, even after Ctrl-C, never adds a record "
+                                        "twice. Invalid lines are reported by number and skipped.",
                             epilog="Exit status: 0 every record added or skipped; 1 a record was invalid or "
                                    "failed (the others were imported), or the engine was unreachable; "
                                    "2 usage error; 130 interrupted (run it again to finish).")
@@ -190,13 +197,14 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
     report = ImportReport()
     try:
         size = _size(args.file)
-        stored = _stored_contents(client)
+        keeps_times = _keeps_times(client)
+        stored = _stored_documents(client)
         pending: dict[int, int] = {}  # job id -> line
         with hint("what was sent stays queued in the engine: run the same command again to finish (it adds no "
                   "record twice)"), Progress() as progress:
             progress.phase("import", size, "B")
             for record in read_records(args.file, report.fail, progress.advance):
-                _send(client, record, stored, pending, report)
+                _send(client, record, stored, pending, report, keeps_times)
                 del record  # its bytes go before the next line is read
             progress.close()
             progress.say(f"kb-bridge import: {len(pending)} record(s) in the engine's queue; waiting until they "
@@ -221,38 +229,52 @@ def _size(path: Path) -> int:
         raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
 
 
-def _stored_contents(client: EngineClient) -> set[tuple[str, str | None]]:
-    """(sha256, collection) of every document the engine holds."""
-    return {
-        (raw["sha256"], shapes.document(raw)["collection"])
-        for page, _total in _pages(client)
-        for raw in page
-        if isinstance(raw, dict) and isinstance(raw.get("sha256"), str)
-    }
+def _keeps_times(client: EngineClient) -> bool:
+    """Whether the engine keeps a new document's created_at/updated_at (3.8); says so on stderr if not."""
+    version = engine_version(client.status())
+    parsed = parse_version(version)
+    if parsed is not None and parsed >= TIME_FILTERS_VERSION:
+        return True
+    print(f"kb-bridge import: the engine (version {version or 'unknown'}) cannot keep documents' times "
+          "(3.8 or newer can): the copies get the time they are imported as created_at and updated_at",
+          file=sys.stderr)
+    return False
 
 
-def _send(client: EngineClient, record: Record, stored: set[tuple[str, str | None]], pending: dict[int, int],
-          report: ImportReport) -> None:
-    """Queue one record, unless its content is already stored in its collection."""
-    content = (record.sha256, record.collection)
-    if content in stored:
+def _stored_documents(client: EngineClient) -> Counter[tuple[str | None, ...]]:
+    """How many documents the engine holds of each identity (import_records.stored_identity)."""
+    found: Counter[tuple[str | None, ...]] = Counter()
+    for page, _total in _pages(client):
+        for raw in page:
+            if isinstance(raw, dict):
+                document = shapes.document(raw)
+                sha256 = raw.get("sha256")
+                found[stored_identity(document["collection"], document["source_path"], document["title"],
+                                      sha256 if isinstance(sha256, str) else None)] += 1
+    return found
+
+
+def _send(client: EngineClient, record: Record, stored: Counter[tuple[str | None, ...]], pending: dict[int, int],
+          report: ImportReport, keeps_times: bool) -> None:
+    """Queue one record, unless a stored document of its identity is not yet accounted for by another."""
+    if stored[record.identity] > 0:
+        stored[record.identity] -= 1
         report.skipped += 1
         return
     try:
-        job_id = _submit(client, record)
+        job_id = _submit(client, record, keeps_times)
     except (EngineUnavailable, EngineAuthFailed):
         raise  # nothing else will get through either
     except KbError as exc:
         report.fail(record.line, f"{exc.code}: {exc.message}")
         return
-    stored.add(content)  # a record listed twice is added once
-    if job_id is None:
+    if job_id is None or job_id in pending:  # stored by an earlier run, or a line repeated word for word
         report.skipped += 1
     else:
         pending[job_id] = record.line
 
 
-def _submit(client: EngineClient, record: Record) -> int | None:
+def _submit(client: EngineClient, record: Record, keeps_times: bool) -> int | None:
     """The job to wait for, or None when an earlier run already stored the record.
 
     The record's key makes the engine answer an earlier run's job rather than queue a second one: queued
@@ -262,7 +284,7 @@ def _submit(client: EngineClient, record: Record) -> int | None:
     """
     key = record.key
     for _ in range(MAX_TRIES):
-        job = shapes.job(_post(client, record, key))
+        job = shapes.job(_post(client, record, key, keeps_times))
         if job["status"] == "failed" or (job["status"] == "done" and _deleted(client, job["document_id"])):
             key = f"{record.key}-after-{job['id']}"
             continue
@@ -270,17 +292,18 @@ def _submit(client: EngineClient, record: Record) -> int | None:
     return int(job["id"])  # the last try: reported as it ended
 
 
-def _post(client: EngineClient, record: Record, key: str) -> dict[str, Any]:
+def _post(client: EngineClient, record: Record, key: str, keeps_times: bool) -> dict[str, Any]:
     tags = collections.tags_with_collection(record.collection, record.tags)
+    named = ["title", "source_path", *(("created_at", "updated_at") if keeps_times and record.created_at else ())]
     if record.data is None:
         body: dict[str, Any] = {"text": record.text, "tags": tags, "priority": "bulk"}
-        for field in ("title", "source_path"):
+        for field in named:
             if getattr(record, field):
                 body[field] = getattr(record, field)
         return client.create_note_job(body, idempotency_key=key)
     data = record.data
     fields = [("tags", json.dumps(tags)), ("priority", "bulk")]
-    fields += [(name, value) for name, value in (("title", record.title), ("source_path", record.source_path)) if value]
+    fields += [(name, getattr(record, name)) for name in named if getattr(record, name)]
     return client.upload_file_job(file_job_body(record.filename or "", len(data), lambda: iter([data]), fields), key)
 
 
