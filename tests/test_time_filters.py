@@ -14,8 +14,8 @@ import responses
 from mcp import Client
 
 from kb_bridge.tools.time_range import engine_bounds
-from tests.conftest import API
-from tests.helpers import chunk, document
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import chunk, document
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ import requests
 
 from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine, wait_until
-from tests.e2e.conftest import ENGINE_KEY
+from kb_bridge.testing.processes import ENGINE_KEY
 
 HEADERS = {"Authorization": f"Bearer {ENGINE_KEY}"}
 TEXT = "The user prefers short answers with bullet points."

@@ -17,8 +17,8 @@ from mcp import Client
 from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import Service, start_bridge, start_engine, wait_until
 from kb_bridge.testing.standin import StandInEngine
-from tests.e2e.conftest import ENGINE_KEY
-from tests.e2e.mcp_client import connect
+from kb_bridge.testing.processes import ENGINE_KEY
+from kb_bridge.testing.mcp_client import connect
 
 pytestmark = pytest.mark.anyio
 
