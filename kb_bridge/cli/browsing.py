@@ -22,6 +22,9 @@ def add_arguments(commands: Any) -> None:
                           description="List documents as kb_list does, following its pages up to --limit.")
     listing.add_argument("--collection", help="only this collection (e.g. memory)")
     listing.add_argument("--tag", action="append", default=[], help="only documents with this tag (repeatable: all must match)")
+    listing.add_argument("--since", help="only documents created (or --updated) since: an ISO date or date-time, or a span back from now (30m, 36h, 7d, 2w)")
+    listing.add_argument("--until", help="only documents created (or --updated) before this date, date-time or span ago")
+    listing.add_argument("--updated", action="store_true", help="--since/--until apply to the last update, not the creation")
     listing.add_argument("--limit", type=int, default=50, help="at most this many documents (default 50)")
     listing.add_argument("--json", action="store_true", help="print the documents as JSON")
 
@@ -39,8 +42,11 @@ def add_arguments(commands: Any) -> None:
 
 def _list(ctx: ToolContext, args: argparse.Namespace) -> int:
     arguments: dict[str, Any] = {"tags": args.tag}
-    if args.collection is not None:
-        arguments["collection"] = args.collection
+    for key in ("collection", "since", "until"):
+        if getattr(args, key) is not None:
+            arguments[key] = getattr(args, key)
+    if args.updated:
+        arguments["time_field"] = "updated"
     documents: list[dict[str, Any]] = []
     total = 0
     while len(documents) < max(args.limit, 0):

@@ -91,6 +91,12 @@ def test_list_collections_tags_and_jobs(engine: Service) -> None:
     every = json.loads(kb(engine, "list", "--collection", collection, "--tag", f"swifts-{SUFFIX}", "--json").stdout)
     assert sorted(d["id"] for d in every["documents"]) == sorted(ids) and every["total"] == 3
     assert json.loads(kb(engine, "list", "--tag", f"no-such-tag-{SUFFIX}", "--json").stdout)["documents"] == []
+    recent = json.loads(kb(engine, "list", "--collection", collection, "--since", "1h", "--json").stdout)
+    assert recent["total"] == 3
+    assert json.loads(kb(engine, "list", "--collection", collection, "--until", "1h", "--updated", "--json").stdout)["total"] == 0
+    assert json.loads(kb(engine, "list", "--collection", collection, "--since", "2099-01-01", "--json").stdout)["total"] == 0
+    bad = kb(engine, "list", "--since", "last tuesday")
+    assert bad.returncode == 2 and "since" in bad.stderr
 
     collections = json.loads(kb(engine, "collections", "--json").stdout)["collections"]
     assert {"name": collection, "documents": 3} in [{k: c[k] for k in ("name", "documents")} for c in collections]
