@@ -6,7 +6,9 @@ from typing import Any
 
 import mcp_types as types
 
+from kb_bridge.content.resources import MARKDOWN, document_uri
 from kb_bridge.errors import KbError
+from kb_bridge.tools.links import DocumentLink
 from kb_bridge.tools.spec import ToolSpec
 
 
@@ -26,8 +28,23 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
     )
 
 
-def success_result(result: dict[str, Any], text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=result)
+def success_result(result: dict[str, Any], text: str, links: list[DocumentLink] | None = None) -> types.CallToolResult:
+    """The text first (what the agent reads), then a resource_link per document the result points at, by
+    the URI resources/read serves (content/resources.py: kb://document/{id}); structuredContent is the
+    result as the output schema says, links or not."""
+    content: list[types.ContentBlock] = [types.TextContent(type="text", text=text)]
+    content.extend(resource_link(link) for link in links or ())
+    return types.CallToolResult(content=content, structured_content=result)
+
+
+def resource_link(link: DocumentLink) -> types.ResourceLink:
+    return types.ResourceLink(
+        type="resource_link",
+        uri=document_uri(link.document_id),
+        name=f"document-{link.document_id}",
+        title=link.title or f"document {link.document_id}",
+        mime_type=MARKDOWN,
+    )
 
 
 def error_result(error: KbError) -> types.CallToolResult:

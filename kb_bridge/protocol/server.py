@@ -27,6 +27,7 @@ from kb_bridge.errors import Forbidden, KbError
 from kb_bridge.protocol.content import ContentHandlers
 from kb_bridge.protocol.results import error_result, success_result, to_mcp_tool
 from kb_bridge.runtime import Bridge
+from kb_bridge.tools.links import document_links
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class ToolDispatcher:
             self._finish(call, "INTERNAL_ERROR")
             return error_result(KbError("an internal error occurred; it has been logged"))
         self._finish(call, "ok", result)
-        return success_result(result, text)
+        return success_result(result, text, document_links(spec.name, result))
 
     def _finish(self, call: ToolCall, outcome: str, result: Result | None = None) -> None:
         seconds = call.finish(outcome, _result_count(result) if result is not None else None)
