@@ -45,7 +45,7 @@ NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}
 TITLE = {"type": "string", "minLength": 1, "maxLength": 500, "pattern": _NO_CONTROL}
 SOURCE_PATH = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": _NO_CONTROL}
 MODE = {"type": "string", "enum": ["hybrid", "fts", "vector"]}
-JOB_STATUS = {"type": "string", "enum": ["queued", "running", "done", "failed"]}
+JOB_STATUS = {"type": "string", "enum": ["queued", "running", "done", "failed", "cancelled"]}
 BOOLEAN = {"type": "boolean"}
 PAGE_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100}
 # since / until: checked and resolved by tools/time_range.py (dates, date-times, spans back from now).

@@ -92,7 +92,7 @@ def render_status(result: Result) -> str:
     lines += [
         f"Documents: {docs.get('total', '?')} ({docs.get('notes', '?')} notes, {docs.get('files', '?')} files), "
         f"{engine.get('chunks', '?')} chunks",
-        "Queue: " + ", ".join(f"{queue.get(state, 0)} {state}" for state in ("queued", "running", "done", "failed")),
+        "Queue: " + ", ".join(f"{queue.get(state, 0)} {state}" for state in ("queued", "running", "done", "failed", "cancelled")),
     ]
     return "\n".join(lines)
 
@@ -118,7 +118,7 @@ TOOLS = [
     ToolSpec(
         name="kb_jobs",
         title="Ingestion jobs",
-        description="Recent ingestion jobs, newest first; filter by status (queued, running, done, failed).",
+        description="Recent ingestion jobs, newest first; filter by status (queued, running, done, failed, cancelled).",
         arguments=JobsArguments,
         output_schema=JOBS_OUTPUT,
         handler=jobs,

@@ -32,7 +32,7 @@ def test_status_without_embedder_reports_fts_only(client: flask.testing.FlaskCli
     assert status["search_modes"] == ["fts"]
     assert status["embedder"]["state"] == "disabled"
     assert status["documents"] == {"total": 0, "notes": 0, "files": 0}
-    assert status["queue"] == {"queued": 0, "running": 0, "done": 0, "failed": 0}
+    assert status["queue"] == {"queued": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 from flask import Blueprint, Response, jsonify, request
 
+from ..clock import now_iso
 from ..errors import PayloadTooLarge, UnsupportedMediaType, ValidationError
 from ..ingest import parsers
 from ..ingest.staging import HashingFile
@@ -120,4 +121,16 @@ def list_jobs() -> dict[str, object]:
 
 @blueprint.get("/api/v1/jobs/<id:job_id>")
 def get_job(job_id: int) -> dict[str, object]:
-    return current_engine().store.get_job(job_id)
+    engine = current_engine()
+    job = engine.store.get_job(job_id)
+    # 3.10: how far a running job is, when this process runs it (another replica's job shows none).
+    progress = engine.worker.progress(job_id) if job["status"] == "running" else None
+    if progress is not None:
+        job["progress"] = {"chunks_done": progress[0], "chunks_total": progress[1]}
+    return job
+
+
+@blueprint.delete("/api/v1/jobs/<id:job_id>")
+def cancel_job(job_id: int) -> dict[str, object]:
+    """3.10: take back a queued job (200, the job now `cancelled`; again: the same); 409 once it runs or ran."""
+    return current_engine().store.cancel_job(job_id, now_iso())

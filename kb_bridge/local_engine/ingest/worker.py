@@ -77,6 +77,7 @@ class _Work:
     missing: list[int] = field(default_factory=list)  # rows still to embed
     taken: int = 0  # rows of `missing` handed to the embed thread
     left: int = 0  # rows of `missing` not embedded yet
+    counted: bool = False  # `left` is set: progress() may report
     failed: bool = False
 
     def finished(self, staging: Path) -> FinishedJob:
@@ -239,6 +240,7 @@ class IngestionWorker:
             self._fail(work, f"internal error while ingesting ({type(exc).__name__}); see the engine log")
             return
         work.left = len(work.missing)
+        work.counted = True
         if work.missing:
             self._ahead.put(work)
         else:
@@ -367,6 +369,16 @@ class IngestionWorker:
                 self._staging.remove(staged_path(work.job, self._staging.directory))
 
     # --- bookkeeping ---------------------------------------------------------------------------------------------
+
+    def progress(self, job_id: int) -> tuple[int, int] | None:
+        """(chunks embedded, chunks in all) of a job this process is running, once it is chunked; None for a
+        job it is not running (queued, finished, or run by another replica)."""
+        with self._in_flight_lock:
+            work = self._in_flight.get(job_id)
+        if work is None or not work.counted or not work.texts:
+            return None
+        total = len(work.texts)
+        return total - work.left, total
 
     def _release(self, work: _Work) -> None:
         with self._in_flight_lock:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 Ranking = list[tuple[int, float]]  # (chunk_id, score), best first
 JSON = dict[str, object]
-JOB_STATUSES = ("queued", "running", "done", "failed")
+# `cancelled` (3.10): a queued job taken back by DELETE /api/v1/jobs/{id} before any worker claimed it.
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 # A job's priority as the API names it; stored as its index (interactive jobs are claimed first).
 PRIORITIES = ("bulk", "interactive")
 INTERACTIVE = 1
@@ -223,6 +224,10 @@ class Store(Protocol):
     def fail_job(self, job_id: int, error: str, now: str) -> None: ...
 
     def requeue_job(self, job_id: int) -> None: ...
+
+    def cancel_job(self, job_id: int, now: str) -> JSON:
+        """Take back a queued job (status `cancelled`, its payload and staged file released) and return it; a
+        job already cancelled is returned as it is. NotFound; Conflict once a worker has claimed it."""
 
     # --- documents and tags --------------------------------------------------------------------------------
     def get_document(self, doc_id: int, detail: bool = False) -> JSON:

@@ -212,6 +212,10 @@ class PostgresStore(SqlReads, SqlWrites):
             jobs.requeue(conn, job_id, self.replica)
         self._hold(job_id, False)
 
+    def cancel_job(self, job_id: int, now: str) -> dict[str, object]:
+        with self.db.write() as conn:
+            return jobs.cancel_job(conn, job_id, now)
+
     # --- chunks and vectors -----------------------------------------------------------------------------------
 
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:

@@ -146,6 +146,19 @@ def fail_job(conn: Any, job_id: int, owner: str, error: str, now: str) -> None:
         conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
 
 
+def cancel_job(conn: Any, job_id: int, now: str) -> dict[str, object]:
+    """Only a queued job is cancelled; the row lock the UPDATE takes orders it against a replica's claim."""
+    cancelled = conn.execute(
+        "UPDATE jobs SET status = 'cancelled', finished_at = %s, payload = NULL, staged_path = NULL "
+        "WHERE id = %s AND status = 'queued'", (now, job_id)).rowcount
+    if cancelled:
+        conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
+    job = get_job(conn, job_id)
+    if job["status"] != "cancelled":
+        raise Conflict(f"job {job_id} is {job['status']}: only a queued job can be cancelled")
+    return job
+
+
 def requeue(conn: Any, job_id: int, owner: str) -> None:
     conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, lease_owner = NULL, lease_expires = NULL "
                  "WHERE id = %s AND status = 'running' AND lease_owner = %s", (job_id, owner))

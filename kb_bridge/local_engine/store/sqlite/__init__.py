@@ -132,6 +132,10 @@ class SqliteStore(SqlReads, SqlWrites):
         with self.db.write() as conn:
             jobs.requeue(conn, job_id)
 
+    def cancel_job(self, job_id: int, now: str) -> dict[str, object]:
+        with self.db.write() as conn:
+            return jobs.cancel_job(conn, job_id, now)
+
     # --- chunks and vectors -----------------------------------------------------------------------------------------
 
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:

@@ -116,6 +116,19 @@ def fail_job(conn: sqlite3.Connection, job_id: int, error: str, now: str) -> Non
     )
 
 
+def cancel_job(conn: sqlite3.Connection, job_id: int, now: str) -> dict[str, object]:
+    """One statement decides against a claim in the same write transaction: only a queued job is cancelled."""
+    conn.execute(
+        "UPDATE jobs SET status = 'cancelled', finished_at = ?, payload = NULL, staged_path = NULL "
+        "WHERE id = ? AND status = 'queued'",
+        (now, job_id),
+    )
+    job = get_job(conn, job_id)
+    if job["status"] != "cancelled":
+        raise Conflict(f"job {job_id} is {job['status']}: only a queued job can be cancelled")
+    return job
+
+
 def job_status(conn: sqlite3.Connection, job_id: int) -> str | None:
     row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
     return row[0] if row else None

@@ -1,0 +1,99 @@
+"""3.10: DELETE /api/v1/jobs/{id} takes back a queued job (status `cancelled`), 409 once it runs; a running job
+shows how many of its chunks are embedded (`progress`). The queue is held by a model that is still loading
+(the prepare thread claims nothing until the model settles: ingest/worker.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+
+import flask
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+
+from kb_bridge.local_engine.app import engine_of
+from kb_bridge.local_engine.embedding.embedder import Embedder
+
+from .helpers import API, wait_for, wait_job
+
+pytestmark = pytest.mark.both_stores
+
+
+class GatedEmbedder:
+    """A tiny stand-in model whose document calls wait at a gate (vectors from the text's hash)."""
+
+    name, dim, device, batch_size = "gated-test-model", 8, "cpu", 1
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.calls = 0
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        assert self.gate.wait(60), "the test never opened the gate"
+        return np.stack([self.embed_query(text) for text in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector = np.random.default_rng(abs(hash(text)) % 2**32).random(self.dim, dtype=np.float32)
+        return vector / np.linalg.norm(vector)
+
+    def submit_query(self, text: str) -> Future[np.ndarray]:
+        future: Future[np.ndarray] = Future()
+        future.set_result(self.embed_query(text))
+        return future
+
+
+@pytest.fixture
+def held(app: flask.Flask) -> Iterator[tuple[FlaskClient, threading.Event]]:
+    """An engine whose queue holds until the returned event is set (then it serves full text only)."""
+    gate = threading.Event()
+
+    def loading() -> Embedder:
+        gate.wait(60)
+        raise RuntimeError("released by the test: full text only")
+
+    engine_of(app).embedders.load(loading, background=True)
+    yield app.test_client(), gate
+    gate.set()
+
+
+def test_a_queued_job_is_cancelled_and_stays_cancelled(held: tuple[FlaskClient, threading.Event]) -> None:
+    client, gate = held
+    job = client.post(f"{API}/jobs", json={"text": "never mind", "tags": ["collection:memory"]}).json
+    assert job["status"] == "queued"
+    cancelled = client.delete(f"{API}/jobs/{job['id']}")
+    assert cancelled.status_code == 200
+    assert cancelled.json["status"] == "cancelled" and cancelled.json["finished_at"] and cancelled.json["document_id"] is None
+    again = client.delete(f"{API}/jobs/{job['id']}")
+    assert again.status_code == 200 and again.json == cancelled.json
+    gate.set()
+    other = client.post(f"{API}/jobs", json={"text": "keep this one"}).json
+    assert wait_job(client, other["id"])["status"] == "done"
+    assert client.get(f"{API}/jobs/{job['id']}").json["status"] == "cancelled"  # never claimed afterwards
+    assert client.get(f"{API}/status").json["queue"]["cancelled"] == 1
+
+
+def test_a_job_that_ran_cannot_be_cancelled(held: tuple[FlaskClient, threading.Event]) -> None:
+    client, gate = held
+    gate.set()
+    job = client.post(f"{API}/jobs", json={"text": "done soon"}).json
+    wait_job(client, job["id"])
+    refused = client.delete(f"{API}/jobs/{job['id']}")
+    assert refused.status_code == 409 and refused.json["error"]["code"] == "conflict"
+    assert "only a queued job" in refused.json["error"]["message"]
+    assert client.delete(f"{API}/jobs/999999").status_code == 404
+
+
+def test_a_running_job_shows_its_chunks_embedded(make_app: Callable[..., flask.Flask]) -> None:
+    model = GatedEmbedder()
+    client = make_app(model, chunk_chars=200, chunk_overlap=0).test_client()
+    text = " ".join(f"sentence number {i} about the weather." for i in range(60))
+    job = client.post(f"{API}/jobs", json={"text": text}).json
+    running = wait_for(lambda: (j := client.get(f"{API}/jobs/{job['id']}").json).get("progress") and j, "progress")
+    assert running["status"] == "running"
+    assert running["progress"]["chunks_done"] == 0 and running["progress"]["chunks_total"] > 1
+    model.gate.set()
+    done = wait_job(client, job["id"])
+    assert done["status"] == "done" and "progress" not in done
