@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import collections, shapes
-from kb_bridge.errors import Conflict, IngestionFailed, InvalidArgument, NotANote, NotFound
+from kb_bridge.errors import Conflict, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
 from kb_bridge.tools.moves import move, version_conflict
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
+from kb_bridge.tools.waiting import wait_for_job
 
 @dataclass(frozen=True, kw_only=True)
 class AddNoteArguments:
@@ -67,27 +67,6 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
         "collection": collection,
         "tags": user_tags,
     }
-
-
-def wait_for_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Poll until the job is done (read-your-writes) or the time is up (then the job as it stands)."""
-    with ctx.engine.deadline(timeout + ctx.settings.engine.call_deadline()):
-        return _poll_job(ctx, job, timeout)
-
-
-def _poll_job(ctx: ToolContext, job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    started = time.monotonic()
-    delay = 0.02
-    polls = 0
-    while job["status"] not in ("done", "failed") and time.monotonic() - started < timeout:
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
-        job = shapes.job(ctx.engine.get_job(job["id"]))
-        polls += 1
-        ctx.progress(float(polls), None, f"indexing: job {job['id']} is {job['status']}")
-    if job["status"] == "failed":
-        raise IngestionFailed(f"the note could not be indexed: {job['error'] or 'no reason given'}", job_id=job["id"])
-    return job
 
 
 def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:

@@ -23,6 +23,7 @@ from kb_bridge.errors import Conflict, InvalidArgument, KbError, StorageError, S
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
+from kb_bridge.tools.waiting import TERMINAL, JobProgress, wait_for_job
 from kb_bridge.uploads.multipart import file_job_body
 from kb_bridge.uploads.names import check_type, new_upload_id, safe_filename
 from kb_bridge.uploads.store import Progress, Upload
@@ -57,6 +58,12 @@ class ChunkArguments:
 @dataclass(frozen=True, kw_only=True)
 class UploadIdArguments:
     upload_id: str = a.field(UPLOAD_ID)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishArguments:
+    upload_id: str = a.field(UPLOAD_ID)
+    wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the file is searchable (status done)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,9 +217,21 @@ def upload_status(ctx: ToolContext, args: StatusArguments) -> Result:
     }
 
 
-def finish(ctx: ToolContext, args: UploadIdArguments) -> Result:
+def finish(ctx: ToolContext, args: FinishArguments) -> Result:
+    """Send the staged file to the engine as one job; with `wait`, then wait for the job (outside the
+    upload's finishing lock), sending bytes to the engine as the first half of the progress and the job's
+    stages (tools/waiting.py) as the second."""
+    result = _send(ctx, args.upload_id, onto=50.0 if args.wait else None)
+    if not args.wait or result["status"] in TERMINAL:
+        return result
+    job = wait_for_job(ctx, {"id": result["job_id"], "status": result["status"]}, ctx.settings.mcp.wait_seconds,
+                       "file", JobProgress(ctx.progress, low=50.0))
+    return {**result, "status": job["status"]}
+
+
+def _send(ctx: ToolContext, upload_id: str, onto: float | None) -> Result:
     owner = ctx.principal.owner
-    with ctx.uploads.finishing(args.upload_id, owner) as upload:
+    with ctx.uploads.finishing(upload_id, owner) as upload:
         if upload.result is not None:
             return _as_it_stands(ctx, upload.result)  # finishing twice is harmless: same job, no new document
         count = _complete_chunk_count(ctx.uploads.progress(upload.upload_id, owner), upload.total_size)
@@ -224,7 +243,7 @@ def finish(ctx: ToolContext, args: UploadIdArguments) -> Result:
             )
         body = file_job_body(
             upload.filename, upload.total_size, lambda: ctx.uploads.read_chunks(upload.upload_id, owner, count),
-            _fields(upload), progress=_throttled(ctx.progress, upload.total_size),
+            _fields(upload), progress=_throttled(ctx.progress, upload.total_size, onto),
         )
         # Derived from the upload: a retried or repeated finish names the same engine job.
         job = shapes.job(ctx.engine.upload_file_job(body, idempotency_key=f"kb-bridge-upload-{upload.upload_id}"))
@@ -286,15 +305,19 @@ def _fields(upload: Upload) -> list[tuple[str, str]]:
     return fields + [("tags", tag) for tag in upload.tags]
 
 
-def _throttled(progress: ProgressFn, total: int) -> Callable[[int], None]:
-    """Report bytes sent at most ~4 times a second, and always the last byte."""
+def _throttled(progress: ProgressFn, total: int, onto: float | None = None) -> Callable[[int], None]:
+    """Report bytes sent at most ~4 times a second, and always the last byte: as bytes of the file's
+    size, or (`onto`) as the first `onto` of 100."""
     last = [0.0]
 
     def report(sent: int) -> None:
         now = time.monotonic()
         if sent >= total or now - last[0] >= 0.25:
             last[0] = now
-            progress(float(sent), float(total), "sending the file to the engine")
+            if onto is None:
+                progress(float(sent), float(total), "sending the file to the engine")
+            else:
+                progress(round(onto * sent / total, 3), 100.0, f"sending the file to the engine: {sent} of {total} bytes")
 
     return report
 
@@ -312,6 +335,8 @@ def render_chunk(r: Result) -> str:
 
 
 def render_finish(r: Result) -> str:
+    if r["status"] == "done":
+        return f"{r['filename']} ({r['size_bytes']} bytes, sha256 {r['sha256']}) is indexed (job {r['job_id']})."
     return (
         f"{r['filename']} ({r['size_bytes']} bytes, sha256 {r['sha256']}) sent to the engine as job {r['job_id']}"
         f" ({r['status']}); it becomes searchable when the job is done (kb_jobs)."
@@ -374,8 +399,11 @@ TOOLS = [
     ToolSpec(
         name="kb_upload_finish",
         title="Finish a file upload",
-        description="Step 3: assemble the chunks, verify them and send the file for indexing; returns the job id. Safe to repeat.",
-        arguments=UploadIdArguments,
+        description=(
+            "Step 3: assemble the chunks, verify them and send the file for indexing; returns the job id. "
+            "With wait, returns once the file is searchable. Safe to repeat."
+        ),
+        arguments=FinishArguments,
         output_schema=FINISH_OUTPUT,
         handler=finish,
         render=render_finish,
