@@ -194,6 +194,12 @@ class EngineClient:
         path = f"{API}/jobs/{segment(job_id)}"
         return self._json(Call("GET", path, "GET /jobs/{id}", f"job {job_id}", safe=True))
 
+    def cancel_job(self, job_id: int) -> dict[str, Any]:
+        """Take back a queued job (engine 3.10): the job, now cancelled; Conflict once it runs; an older
+        engine's 405 is EngineUnsupported. A repeat answers the same, so retrying is safe."""
+        path = f"{API}/jobs/{segment(job_id)}"
+        return self._json(Call("DELETE", path, "DELETE /jobs/{id}", f"job {job_id}", safe=True, write=True))
+
     def list_documents(self, params: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         answer = self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", safe=True, params=params))
         return self._time_filtered(any(key in TIME_BOUNDS for key, _ in params), answer)

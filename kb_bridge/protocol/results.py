@@ -8,6 +8,7 @@ import mcp_types as types
 
 from kb_bridge.content.resources import MARKDOWN, document_uri
 from kb_bridge.errors import KbError
+from kb_bridge.tools import tasks
 from kb_bridge.tools.links import DocumentLink
 from kb_bridge.tools.spec import ToolSpec
 
@@ -19,6 +20,9 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         description=spec.description,
         input_schema=spec.input_schema,
         output_schema=spec.output_schema,
+        # 2025-11-25 clients ask for a task only of a tool that says it may run as one (protocol/tasks.py);
+        # the 2026-07-28 tools/list leaves the field out.
+        execution=types.ToolExecution(task_support="optional") if tasks.supports(spec.name) else None,
         annotations=types.ToolAnnotations(
             read_only_hint=spec.read_only,
             destructive_hint=spec.destructive,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
 from asgiref.sync import async_to_sync
@@ -26,6 +26,7 @@ from kb_bridge.protocol.caller import request_principal
 from kb_bridge.errors import Forbidden, KbError
 from kb_bridge.protocol.content import ContentHandlers
 from kb_bridge.protocol.results import error_result, success_result, to_mcp_tool
+from kb_bridge.protocol.tasks import TaskHandlers
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.links import document_links
 from kb_bridge.tools.spec import ProgressFn, Result, ToolContext, ToolSpec
@@ -40,6 +41,7 @@ INSTRUCTIONS = (
 )
 
 Ctx = ServerRequestContext[Any, Any]
+T = TypeVar("T")
 
 
 class ToolDispatcher:
@@ -65,25 +67,33 @@ class ToolDispatcher:
             self._listings[scopes] = listing
         return listing
 
+    def spec(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
     async def call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        spec = self._specs.get(params.name)
+        outcome = await self.invoke(ctx, params.name, params.arguments, _handle_and_render)
+        if isinstance(outcome, types.CallToolResult):
+            return outcome
+        spec, (result, text) = outcome
+        return success_result(result, text, document_links(spec.name, result))
+
+    async def invoke(
+        self, ctx: Ctx, name: str, raw: dict[str, Any] | None, work: Callable[[ToolSpec, ToolContext, Any], tuple[Result, T]],
+    ) -> tuple[ToolSpec, tuple[Result, T]] | types.CallToolResult:
+        """Run `work` for the named tool on the pool as every tool call runs (scope check, parsed arguments,
+        one access line and metric), or the call's error result. `work` is the handler and its rendering for
+        a plain call, or a task's first part (protocol/tasks.py)."""
+        spec = self._specs.get(name)
         if spec is None:
-            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name[:100]}")
         principal = request_principal(ctx)
         call = ToolCall(spec.name, principal.name)
         try:
             if not principal.can(spec.scope):
                 # The HTTP door answers 403 first; this keeps the rule for any other way in.
                 raise Forbidden(f"this token lacks the {spec.scope} scope that {spec.name} needs", scope=spec.scope)
-            arguments = spec.parse(params.arguments if params.arguments is not None else {})
-            tool_ctx = ToolContext(
-                engine=self._bridge.engine,
-                uploads=self._bridge.uploads,
-                settings=self._bridge.settings,
-                principal=principal,
-                progress=self._progress_sink(ctx),
-            )
-            result, text = await self._bridge.run(_handle_and_render, spec, tool_ctx, arguments)
+            arguments = spec.parse(raw if raw is not None else {})
+            value = await self._bridge.run(work, spec, self.tool_context(ctx), arguments)
         except KbError as exc:
             self._finish(call, exc.code)
             return error_result(exc)
@@ -91,8 +101,18 @@ class ToolDispatcher:
             logger.exception("tool %s failed unexpectedly", spec.name)
             self._finish(call, "INTERNAL_ERROR")
             return error_result(KbError("an internal error occurred; it has been logged"))
-        self._finish(call, "ok", result)
-        return success_result(result, text, document_links(spec.name, result))
+        self._finish(call, "ok", value[0])
+        return spec, value
+
+    def tool_context(self, ctx: Ctx) -> ToolContext:
+        """What a handler may use for this request: the bridge's parts, the caller, a progress sink."""
+        return ToolContext(
+            engine=self._bridge.engine,
+            uploads=self._bridge.uploads,
+            settings=self._bridge.settings,
+            principal=request_principal(ctx),
+            progress=self._progress_sink(ctx),
+        )
 
     def _finish(self, call: ToolCall, outcome: str, result: Result | None = None) -> None:
         seconds = call.finish(outcome, _result_count(result) if result is not None else None)
@@ -158,4 +178,5 @@ def build_server(bridge: Bridge, available: tuple[ToolSpec, ...] = tools.ALL_TOO
         )
     if not bridge.settings.mcp.otel:
         server.middleware = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
+    TaskHandlers(bridge, dispatcher, server).install()
     return server

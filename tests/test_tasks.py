@@ -1,0 +1,251 @@
+"""Issue 38 item 2: kb_addnote, kb_upload_finish and kb_update_note run as MCP tasks when the client asks,
+in both eras; the task follows the engine job, so its id is all any worker needs (tools/task_ids.py)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+import responses
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from kb_bridge.protocol.server import build_server
+from kb_bridge.runtime import Bridge
+from kb_bridge.tools.task_ids import TaskRef, decode, encode, task_key
+from tests.conftest import API, make_settings
+from tests.helpers import calls_to, document, job
+from tests.tasks_client import TasksExtension, create_task, task_request
+
+pytestmark = pytest.mark.anyio
+
+TAGS = ["collection:memory", "prefs"]
+
+
+def note_job(status: str = "queued", **fields: Any) -> dict[str, Any]:
+    return job(8, status=status, tags=TAGS, **fields)
+
+
+@pytest.fixture
+async def modern(bridge: Bridge) -> Any:
+    async with Client(build_server(bridge), extensions=[TasksExtension()]) as client:
+        yield client
+
+
+@pytest.fixture
+async def legacy(bridge: Bridge) -> Any:
+    async with Client(build_server(bridge), mode="legacy") as client:
+        yield client
+
+
+async def raw(client: Client, method: str, **params: Any) -> dict[str, Any]:
+    from tests.tasks_client import _ANY, _TaskRequest
+
+    return dict(await client.session.send_request(_TaskRequest(method=method, params=params), _ANY))
+
+
+# --- 2026-07-28: the io.modelcontextprotocol/tasks extension -----------------------------------------------
+
+
+async def test_a_note_task_follows_its_job_to_an_inline_result(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job("running", progress={"chunks_done": 1, "chunks_total": 3}))
+    engine.get(f"{API}/jobs/8", json=note_job("done", document_id=55))
+    created = await create_task(modern, "kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"], "wait": True})
+    assert created.status == "working" and created.ttl_ms is None and created.poll_interval_ms == 500
+    assert "result" not in (created.model_extra or {})
+    working = await task_request(modern.session, "tasks/get", created.task_id)
+    assert working["status"] == "working" and working["statusMessage"] == "job 8 is running: 1 of 3 chunks embedded"
+    assert working["createdAt"] == created.created_at and "result" not in working
+    done = await task_request(modern.session, "tasks/get", created.task_id)
+    assert done["status"] == "completed" and done["resultType"] == "complete"
+    assert done["result"]["structuredContent"] == {"job_id": 8, "status": "done", "document_id": 55,
+                                                   "collection": "memory", "tags": ["prefs"]}
+    assert "indexed as document #55" in done["result"]["content"][0]["text"]
+    assert len(calls_to(engine, "POST", "/jobs")) == 1  # `wait` was dropped: the task is the wait
+
+
+async def test_the_extension_resolves_a_task_for_the_caller(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job("done", document_id=5))
+    result = await modern.call_tool("kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    assert result.structured_content["status"] == "done" and result.structured_content["document_id"] == 5
+
+
+async def test_cancel_takes_back_a_queued_job_and_acknowledges_empty(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job())
+    engine.delete(f"{API}/jobs/8", json=note_job("cancelled", finished_at="2026-04-04T21:50:20Z"))
+    created = await create_task(modern, "kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    ack = await task_request(modern.session, "tasks/cancel", created.task_id)
+    assert ack == {"resultType": "complete", "_meta": ack["_meta"]}
+    engine.replace(responses.GET, f"{API}/jobs/8", json=note_job("cancelled"))
+    assert (await task_request(modern.session, "tasks/get", created.task_id))["status"] == "cancelled"
+
+
+async def test_cancel_of_a_running_job_leaves_it_working(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job("running"))
+    engine.delete(f"{API}/jobs/8", status=409, json={"error": {"code": "conflict", "message": "job 8 is running"}})
+    created = await create_task(modern, "kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    await task_request(modern.session, "tasks/cancel", created.task_id)
+    assert (await task_request(modern.session, "tasks/get", created.task_id))["status"] == "working"
+
+
+async def test_a_failed_job_is_a_completed_task_with_an_error_result(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job("failed", error="parser exploded"))
+    created = await create_task(modern, "kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    task = await task_request(modern.session, "tasks/get", created.task_id)
+    assert task["status"] == "completed" and task["result"]["isError"]
+    assert task["result"]["structuredContent"]["error"]["code"] == "INGESTION_FAILED"
+
+
+async def test_a_tool_error_before_any_job_is_a_plain_result(modern: Client, engine: responses.RequestsMock) -> None:
+    result = await modern.session.call_tool("kb_addnote", {"text": ""}, allow_claimed=True)
+    assert isinstance(result, types.CallToolResult) and result.is_error
+    assert not engine.calls
+
+
+async def test_an_update_task_is_complete_when_made(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.patch(f"{API}/notes/42", json=document(42, version=2))
+    created = await create_task(modern, "kb_update_note", {"document_id": 42, "text": "new"})
+    assert created.status == "completed"
+    task = await task_request(modern.session, "tasks/get", created.task_id)
+    assert task["status"] == "completed" and task["result"]["structuredContent"]["version"] == 2
+
+
+async def test_an_upload_finish_task(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=job(9, type="file", tags=["collection:documents"]))
+    engine.get(f"{API}/jobs/9", json=job(9, type="file", status="done", document_id=3, tags=["collection:documents"]))
+    upload_id = (await modern.call_tool("kb_upload_start", {"filename": "a.txt", "total_size": 5})).structured_content["upload_id"]
+    await modern.call_tool("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": 0, "data": base64.b64encode(b"hello").decode()})
+    created = await create_task(modern, "kb_upload_finish", {"upload_id": upload_id})
+    task = await task_request(modern.session, "tasks/get", created.task_id)
+    assert task["result"]["structuredContent"] == {"job_id": 9, "status": "done", "filename": "a.txt", "size_bytes": 5,
+                                                   "sha256": task["result"]["structuredContent"]["sha256"]}
+
+
+async def test_without_the_extension_a_call_runs_as_before(client: Client, engine: responses.RequestsMock, era: str) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    result = await client.call_tool("kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    assert result.structured_content["status"] == "queued"
+
+
+async def test_tasks_methods_need_the_extension_declared(bridge: Bridge) -> None:
+    async with Client(build_server(bridge)) as plain:
+        with pytest.raises(MCPError) as refused:
+            await task_request(plain.session, "tasks/get", "anything")
+    assert refused.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_unknown_forged_and_other_principals_ids_are_unknown(modern: Client, bridge: Bridge, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/jobs/8", json=note_job())
+    key = task_key(bridge.settings)
+    theirs = encode(TaskRef("someone-else", "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
+    ours = encode(TaskRef("local", "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
+    body, _, signature = ours.partition(".")
+    forged = encode(TaskRef("local", "kb_addnote", 9, {"job_id": 9}, "2026-01-01T00:00:00Z"), b"x" * 32)
+    for task_id in ("tasks-conformance-nonexistent-12345", theirs, forged, body + "." + signature[::-1]):
+        with pytest.raises(MCPError) as unknown:
+            await task_request(modern.session, "tasks/get", task_id)
+        assert unknown.value.error.code == types.INVALID_PARAMS
+    assert decode(ours, key) is not None and decode(ours, b"y" * 32) is None
+
+
+async def test_removed_methods_are_not_found(modern: Client) -> None:
+    for method in ("tasks/result", "tasks/list"):
+        with pytest.raises(MCPError) as missing:
+            await task_request(modern.session, method, "x")
+        assert missing.value.error.code == types.METHOD_NOT_FOUND
+
+
+# --- 2025-11-25: experimental tasks ---------------------------------------------------------------------------
+
+
+async def test_legacy_capability_and_tool_execution(legacy: Client, modern: Client) -> None:
+    assert legacy.session.initialize_result is not None
+    assert legacy.session.initialize_result.protocol_version == "2025-11-25"
+    tasks = legacy.server_capabilities.tasks
+    assert tasks is not None and tasks.requests is not None and tasks.cancel is not None and tasks.list is None
+    tools = {tool.name: tool for tool in (await legacy.list_tools()).tools}
+    assert {name for name, tool in tools.items() if tool.execution} == {"kb_addnote", "kb_upload_finish", "kb_update_note"}
+    assert tools["kb_addnote"].execution.task_support == "optional"
+    assert "io.modelcontextprotocol/tasks" in (modern.server_capabilities.extensions or {})
+    assert modern.server_capabilities.tasks is None
+
+
+async def test_legacy_result_waits_and_reports_progress(legacy: Client, modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job())
+    task = await legacy_task(modern)
+    engine.replace(responses.GET, f"{API}/jobs/8", json=note_job("running", progress={"chunks_done": 2, "chunks_total": 4}))
+    engine.add(responses.GET, f"{API}/jobs/8", json=note_job("done", document_id=9))
+    from tests.tasks_client import _ANY, _TaskRequest
+
+    seen: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
+
+    result = await legacy.session.send_request(_TaskRequest(method="tasks/result", params={"taskId": task["taskId"]}), _ANY,
+                                               progress_callback=on_progress)
+    assert result["structuredContent"]["document_id"] == 9
+    assert seen == ["job 8 is running: 2 of 4 chunks embedded", "job 8 is done"]
+
+
+# The official Python client checks a 2025-era tools/call answer against CallToolResult, so it cannot receive
+# the CreateTaskResult ({task}); these tests make the task over 2026-07-28 (an id serves both eras) and the
+# TypeScript SDK client makes legacy tasks itself (tests/e2e/test_ts_client.py).
+
+
+async def legacy_task(modern: Client) -> dict[str, Any]:
+    created = await create_task(modern, "kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    return {"taskId": created.task_id}
+
+
+async def test_legacy_task_get_result_and_cancel(legacy: Client, modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job())
+    task = await legacy_task(modern)
+    got = await raw(legacy, "tasks/get", taskId=task["taskId"])
+    assert got["status"] == "working" and got["ttl"] is None and got["pollInterval"] == 500 and "ttlMs" not in got
+    engine.replace(responses.GET, f"{API}/jobs/8", json=note_job("done", document_id=7))
+    result = await raw(legacy, "tasks/result", taskId=task["taskId"])
+    assert result["structuredContent"]["document_id"] == 7
+    assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+    with pytest.raises(MCPError) as ended:
+        await raw(legacy, "tasks/cancel", taskId=task["taskId"])
+    assert ended.value.error.code == types.INVALID_PARAMS and "ended" in ended.value.error.message
+
+
+async def test_legacy_cancel_answers_the_cancelled_task(legacy: Client, modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job())
+    engine.delete(f"{API}/jobs/8", json=note_job("cancelled"))
+    task = await legacy_task(modern)
+    cancelled = await raw(legacy, "tasks/cancel", taskId=task["taskId"])
+    assert cancelled["status"] == "cancelled" and cancelled["taskId"] == task["taskId"]
+
+
+async def test_legacy_failed_job_is_a_failed_task_whose_result_is_the_error(legacy: Client, modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", json=note_job("failed", error="bad"))
+    task = await legacy_task(modern)
+    assert (await raw(legacy, "tasks/get", taskId=task["taskId"]))["status"] == "failed"
+    assert (await raw(legacy, "tasks/result", taskId=task["taskId"]))["isError"] is True
+
+
+async def test_legacy_call_without_task_runs_as_before(legacy: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    result = await legacy.call_tool("kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    assert result.structured_content["job_id"] == 8
+
+
+def test_ids_survive_another_bridge_with_the_same_configuration(tmp_path: Path) -> None:
+    one, other = make_settings(tmp_path), make_settings(tmp_path / "other")
+    ref = TaskRef("local", "kb_addnote", 3, {"job_id": 3}, "2026-01-01T00:00:00Z")
+    assert decode(encode(ref, task_key(one)), task_key(other)) == ref
