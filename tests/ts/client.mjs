@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { CallToolResultSchema, CreateTaskResultSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const plan = JSON.parse(readFileSync(process.argv[2], "utf8"));
 
@@ -29,7 +30,31 @@ const calls = {
   getPrompt: (c, s) => c.getPrompt({ name: s.name, arguments: s.arguments }),
   complete: (c, s) => c.complete({ ref: s.ref, argument: s.argument }),
   ping: (c) => c.ping(),
+  // Tasks (2025-11-25, the SDK's experimental API) and progress: each records the progress notifications
+  // its request received beside the result.
+  createTask: (c, s) => c.request({ method: "tools/call", params: { name: s.name, arguments: s.arguments, task: { ttl: 60000 } } },
+    CreateTaskResultSchema),
+  getTask: (c, s) => c.experimental.tasks.getTask(s.taskId),
+  cancelTask: (c, s) => c.experimental.tasks.cancelTask(s.taskId),
+  taskResult: (c, s) => withProgress((onprogress) =>
+    c.experimental.tasks.getTaskResult(s.taskId, CallToolResultSchema, { onprogress, timeout: 120000 })),
+  callToolWithProgress: (c, s) => withProgress((onprogress) =>
+    c.callTool({ name: s.name, arguments: s.arguments }, undefined, { onprogress, timeout: 120000 })),
+  callToolStream: async (c, s) => {
+    const seen = [];
+    for await (const message of c.experimental.tasks.callToolStream({ name: s.name, arguments: s.arguments }, undefined,
+      { task: { ttl: 60000 } })) {
+      seen.push({ type: message.type, status: message.task?.status, result: message.result, error: message.error?.message });
+    }
+    return { messages: seen };
+  },
 };
+
+async function withProgress(run) {
+  const progress = [];
+  const result = await run((p) => progress.push(p));
+  return { ...result, progress };
+}
 
 const outputs = [];
 

@@ -1,0 +1,212 @@
+"""Issue 38 items 2 and 3 across real processes: two bridges (gunicorn, two workers and one) in front of one
+real local engine whose queue the test holds (tests/e2e/held_engine.py). A note and an upload finish run as
+tasks made on one bridge and read, resolved and cancelled on the other (no bridge process holds a task),
+through the official Python client (2026-07-28, the io.modelcontextprotocol/tasks extension) and the
+TypeScript SDK client (2025-11-25 experimental tasks); waiting calls send progress notifications."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import requests
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from kb_bridge.testing.processes import REPO, Service, start_bridge, wait_until
+from tests.conftest import require
+from tests.e2e.held_engine import HeldEngine
+from tests.tasks_client import TasksExtension, create_task, task_request, until_ended
+
+pytestmark = pytest.mark.anyio
+
+ENGINE_KEY = "engine-key-tasks-0123456789abcdef"
+TOKEN = "agent-token-tasks-0123456789abcdef"
+TS = REPO / "tests" / "ts"
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeldEngine]:
+    engine = HeldEngine(tmp_path_factory.mktemp("held-engine") / "data", ENGINE_KEY)
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def bridges(held: HeldEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, Service]]:
+    tmp = tmp_path_factory.mktemp("task-bridges")
+    # The same configuration (so the same task-id key) and one staging directory both bridges see.
+    env = {"KB_ENGINE_URL": held.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": TOKEN, "KB_UPLOAD_DIR": str(tmp / "uploads")}
+    first = start_bridge(tmp, env, workers=2)
+    try:
+        second = start_bridge(tmp, env, workers=1)
+    except BaseException:
+        first.stop()
+        raise
+    yield first, second
+    second.stop()
+    first.stop()
+
+
+@asynccontextmanager
+async def connect(url: str, tasks: bool = True) -> AsyncIterator[Client]:
+    """The official Python client (2026-07-28), declaring the tasks extension unless `tasks` is False."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as http:
+        extensions = [TasksExtension()] if tasks else []
+        async with Client(streamable_http_client(url + "/mcp", http_client=http), extensions=extensions) as client:
+            yield client
+
+
+def engine_job(held: HeldEngine, job_id: int) -> dict[str, Any]:
+    response = requests.get(f"{held.url}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=30)
+    response.raise_for_status()
+    return dict(response.json())
+
+
+def job_of(task_id: str) -> int:
+    """The engine job a task id carries (the id is readable; only its signature is secret)."""
+    body = task_id.partition(".")[0]
+    return int(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["j"])
+
+
+async def test_python_client_tasks_across_two_bridges(held: HeldEngine, bridges: tuple[Service, Service]) -> None:
+    one, other = bridges
+    gate = held.hold()
+    try:
+        async with connect(one.url) as made_on, connect(other.url) as read_on, connect(other.url, tasks=False) as plain:
+            kept = await create_task(made_on, "kb_addnote", {"text": "The albatross glides for hours without a flap.",
+                                                             "collection": "memory", "wait": True})
+            dropped = await create_task(made_on, "kb_addnote", {"text": "A note taken back before it runs.", "collection": "memory"})
+            started = await made_on.call_tool("kb_upload_start", {"filename": "petrels.txt", "total_size": 28})
+            upload_id = started.structured_content["upload_id"]
+            await made_on.call_tool("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": 0,
+                                                        "data": base64.b64encode(b"Storm petrels walk on water.").decode()})
+            filed = await create_task(made_on, "kb_upload_finish", {"upload_id": upload_id})
+            assert {kept.status, dropped.status, filed.status} == {"working"}
+
+            # Read and cancel on the other bridge while the engine holds every job in its queue.
+            working = await task_request(read_on.session, "tasks/get", kept.task_id)
+            assert working["status"] == "working" and working["statusMessage"].endswith("is queued")
+            assert (await task_request(read_on.session, "tasks/cancel", dropped.task_id))["resultType"] == "complete"
+            assert (await task_request(read_on.session, "tasks/get", dropped.task_id))["status"] == "cancelled"
+            assert engine_job(held, job_of(dropped.task_id))["status"] == "cancelled"
+
+            # A waiting call reports the job's stages on its own stream; the queue opens once it waits.
+            seen: list[tuple[float, str]] = []
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                seen.append((value, message or ""))
+
+            waited: dict[str, Any] = {}
+
+            async def wait_for_note() -> None:
+                result = await plain.call_tool("kb_addnote", {"text": "Shearwaters nest in burrows.", "wait": True},
+                                               progress_callback=on_progress)
+                waited.update(result.structured_content or {})
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait_for_note)
+                with anyio.fail_after(60):
+                    while not seen:
+                        await anyio.sleep(0.05)
+                gate.set()
+            assert waited["status"] == "done" and isinstance(waited["document_id"], int)
+            assert seen[0][1].endswith("is queued") and seen[-1] == (100.0, f"job {waited['job_id']} is done")
+            assert [value for value, _ in seen] == sorted({value for value, _ in seen})
+
+            done = await until_ended(read_on.session, kept.task_id)
+            assert done["status"] == "completed" and isinstance(done["result"]["structuredContent"]["document_id"], int)
+            filed_done = await until_ended(made_on.session, filed.task_id)
+            assert filed_done["result"]["structuredContent"]["status"] == "done"
+            # A cancel once it ended is acknowledged and changes nothing.
+            await task_request(made_on.session, "tasks/cancel", kept.task_id)
+            assert (await task_request(made_on.session, "tasks/get", kept.task_id))["status"] == "completed"
+            # The client's extension resolves a task by itself: a plain call_tool answers the final result.
+            resolved = await read_on.call_tool("kb_addnote", {"text": "Gannets dive from thirty metres.", "collection": "memory"})
+            assert resolved.structured_content["status"] == "done"
+            updated = await create_task(made_on, "kb_update_note", {"document_id": resolved.structured_content["document_id"],
+                                                                    "title": "Gannets"})
+            assert updated.status == "completed"
+            read_back = await task_request(read_on.session, "tasks/get", updated.task_id)
+            assert read_back["result"]["structuredContent"]["title"] == "Gannets"
+    finally:
+        gate.set()
+
+
+def node_plan(node: str, url: str, steps: list[dict[str, Any]], tmp: Path, name: str) -> subprocess.Popen[str]:
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"transport": {"kind": "http", "url": url + "/mcp", "token": TOKEN}, "steps": steps}))
+    return subprocess.Popen([node, str(TS / "client.mjs"), str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str], lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    return lines + [json.loads(line) for line in out.splitlines()]
+
+
+def test_typescript_client_tasks_across_two_bridges(held: HeldEngine, bridges: tuple[Service, Service], tmp_path: Path) -> None:
+    node = require("node")
+    one, other = bridges
+    gate = held.hold()
+    try:
+        made = finish(node_plan(node, one.url, [
+            {"method": "listTools"},
+            {"method": "createTask", "name": "kb_addnote", "arguments": {"text": "Puffins carry ten fish at once.", "collection": "memory"}},
+            {"method": "createTask", "name": "kb_addnote", "arguments": {"text": "A note the TS client takes back."}},
+            {"method": "callTool", "name": "kb_upload_start", "arguments": {"filename": "terns.txt", "total_size": 21}},
+            {"method": "callTool", "name": "kb_upload_chunk", "arguments": {"upload_id": "$3.structuredContent.upload_id", "chunk_index": 0,
+                                                                          "data": base64.b64encode(b"Arctic terns migrate.").decode()}},
+            {"method": "createTask", "name": "kb_upload_finish", "arguments": {"upload_id": "$3.structuredContent.upload_id"}},
+        ], tmp_path, "made"), [])
+        assert all(line["ok"] for line in made), made
+        tools = {tool["name"]: tool for tool in made[0]["result"]["tools"]}
+        assert tools["kb_addnote"]["execution"] == {"taskSupport": "optional"}
+        note, dropped, filed = (made[i]["result"]["task"] for i in (1, 2, 5))
+        assert {note["status"], dropped["status"], filed["status"]} == {"working"}
+
+        process = node_plan(node, other.url, [
+            {"method": "getTask", "taskId": note["taskId"]},  # 0
+            {"method": "cancelTask", "taskId": dropped["taskId"]},  # 1
+            {"method": "getTask", "taskId": dropped["taskId"]},  # 2
+            {"method": "callToolWithProgress", "name": "kb_addnote", "arguments": {"text": "Skuas chase gulls.", "wait": True}},  # 3
+            {"method": "taskResult", "taskId": note["taskId"]},  # 4
+            {"method": "taskResult", "taskId": filed["taskId"]},  # 5
+            {"method": "cancelTask", "taskId": note["taskId"]},  # 6: it ended
+            {"method": "callToolStream", "name": "kb_addnote", "arguments": {"text": "Fulmars spit oil.", "collection": "memory"}},  # 7
+        ], tmp_path, "read")
+        assert process.stdout is not None
+        early = [json.loads(process.stdout.readline()) for _ in range(3)]  # the queue still holds
+        wait_until(lambda: any(j["status"] == "queued" and j["id"] > job_of(filed["taskId"]) for j in queued(held)), 30,
+                   what="the waiting call's job")
+        gate.set()
+        outputs = finish(process, early)
+        assert all(line["ok"] for i, line in enumerate(outputs) if i != 6), outputs
+        assert outputs[0]["result"]["status"] == "working"
+        assert outputs[1]["result"]["status"] == "cancelled" and outputs[2]["result"]["status"] == "cancelled"
+        waited = outputs[3]["result"]
+        assert waited["structuredContent"]["status"] == "done"
+        messages = [p["message"] for p in waited["progress"]]
+        assert messages[0].endswith("is queued") and messages[-1].endswith("is done"), messages
+        assert outputs[4]["result"]["structuredContent"]["status"] == "done"
+        assert outputs[4]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == note["taskId"]
+        assert outputs[5]["result"]["structuredContent"]["filename"] == "terns.txt"
+        assert outputs[6]["error"]["code"] == -32602
+        stream = [m["type"] for m in outputs[7]["result"]["messages"]]
+        assert stream[0] == "taskCreated" and stream[-1] == "result", stream
+    finally:
+        gate.set()
+
+
+def queued(held: HeldEngine) -> list[dict[str, Any]]:
+    response = requests.get(f"{held.url}/api/v1/jobs", params={"status": "queued"},
+                            headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=30)
+    return list(response.json()["jobs"])
