@@ -21,6 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 NODE_MODULES = REPO / ".ci" / "node" / "node_modules"
 TOKEN = "ci-inspector-token-0123456789abcdef"
 ERAS = ("2026-07-28", "2025-11-25")
+# The io.modelcontextprotocol/tasks extension's scenarios (SEP-2663): `--suite all` leaves extension scenarios
+# out, so each runs on its own, forced at 2026-07-28, against the same baseline (docs/protocol.md, "Tasks").
+TASK_SCENARIOS = ("tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
+                  "tasks-mrtr-input", "tasks-request-headers", "tasks-dispatch-and-envelope", "tasks-status-notifications",
+                  "tasks-required-task-error", "tasks-mrtr-composition")
 
 
 def node22() -> str:
@@ -55,6 +60,15 @@ def main() -> int:
                     print(done.stdout[-4000:], done.stderr[-2000:])
                     if done.returncode != 0:
                         print(f"conformance {era}: FAILED (a check outside the baseline failed, or the baseline is stale)")
+                        failures += 1
+                for scenario in TASK_SCENARIOS:
+                    done = run([node, conformance, "server", "--url", bridge.url + "/mcp", "--scenario", scenario,
+                                "--spec-version", "2026-07-28", "--force",
+                                "--expected-failures", str(REPO / ".ci" / "conformance-baseline.yml"),
+                                "-o", str(tmp / f"conformance-{scenario}")])
+                    print(done.stdout[-2000:], done.stderr[-1000:])
+                    if done.returncode != 0:
+                        print(f"conformance {scenario}: FAILED (a check outside the baseline failed, or the baseline is stale)")
                         failures += 1
             finally:
                 bridge.stop()

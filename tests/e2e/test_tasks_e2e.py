@@ -210,3 +210,28 @@ def queued(held: HeldEngine) -> list[dict[str, Any]]:
     response = requests.get(f"{held.url}/api/v1/jobs", params={"status": "queued"},
                             headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=30)
     return list(response.json()["jobs"])
+
+
+def post(url: str, method: str, params: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """One raw 2026-07-28 request declaring the tasks extension, with its routing headers."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "kb-tests", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "Authorization": f"Bearer {TOKEN}", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    if name is not None:
+        headers["Mcp-Name"] = name
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    return dict(requests.post(url + "/mcp", json=body, headers=headers, timeout=60).json())
+
+
+def test_routing_headers_name_the_task(bridges: tuple[Service, Service]) -> None:
+    one, other = bridges
+    created = post(one.url, "tools/call", {"name": "kb_addnote", "arguments": {"text": "Kittiwakes nest on cliffs."}}, "kb_addnote")
+    task_id = created["result"]["taskId"]
+    assert created["result"]["resultType"] == "task" and "result" not in created["result"]
+    got = post(other.url, "tasks/get", {"taskId": task_id}, task_id)
+    assert got["result"]["taskId"] == task_id and got["result"]["resultType"] == "complete"
+    assert post(other.url, "tasks/get", {"taskId": task_id}, None)["result"]["taskId"] == task_id
+    mismatched = post(other.url, "tasks/get", {"taskId": task_id}, "another-task")
+    assert mismatched["error"]["code"] == -32020
