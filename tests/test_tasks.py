@@ -249,3 +249,29 @@ def test_ids_survive_another_bridge_with_the_same_configuration(tmp_path: Path) 
     one, other = make_settings(tmp_path), make_settings(tmp_path / "other")
     ref = TaskRef("local", "kb_addnote", 3, {"job_id": 3}, "2026-01-01T00:00:00Z")
     assert decode(encode(ref, task_key(one)), task_key(other)) == ref
+
+
+# --- who may read a task (tools/tasks.py, without MCP) ---------------------------------------------------
+
+
+def test_a_task_is_unknown_to_another_principal_and_outside_a_limited_ones_reach(
+    bridge: Bridge, engine: responses.RequestsMock,
+) -> None:
+    from kb_bridge.auth.principal import Principal
+    from kb_bridge.tools import tasks
+    from kb_bridge.tools.spec import ToolContext
+
+    engine.get(f"{API}/jobs/8", json=note_job())  # files into memory
+    ref = TaskRef(Principal("alice").owner, "kb_addnote", 8, {"job_id": 8, "status": "queued"}, "2026-01-01T00:00:00Z")
+
+    def context(principal: Principal) -> ToolContext:
+        return ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=principal)
+
+    assert tasks.read(context(Principal("alice")), ref).status == tasks.WORKING
+    with pytest.raises(tasks.UnknownTask):
+        tasks.read(context(Principal("bob")), ref)
+    with pytest.raises(tasks.UnknownTask):  # the same name, now limited to documents: the memory job is out of reach
+        tasks.read(context(Principal("alice", collections=frozenset({"documents"}))), ref)
+    with pytest.raises(tasks.UnknownTask):
+        tasks.cancel(context(Principal("bob")), ref)
+    assert not calls_to(engine, "DELETE", "/jobs/8")
