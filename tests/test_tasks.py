@@ -275,3 +275,12 @@ def test_a_task_is_unknown_to_another_principal_and_outside_a_limited_ones_reach
     with pytest.raises(tasks.UnknownTask):
         tasks.cancel(context(Principal("bob")), ref)
     assert not calls_to(engine, "DELETE", "/jobs/8")
+
+
+async def test_an_engine_failure_while_reading_is_a_protocol_error_to_retry(modern: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/jobs", status=202, json=note_job())
+    engine.get(f"{API}/jobs/8", status=503, json={"error": {"code": "not_ready", "message": "starting"}})
+    created = await create_task(modern, "kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
+    with pytest.raises(MCPError) as failed:
+        await task_request(modern.session, "tasks/get", created.task_id)
+    assert failed.value.error.code == types.INTERNAL_ERROR and "ENGINE_UNAVAILABLE" in failed.value.error.message

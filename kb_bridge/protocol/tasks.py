@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError
 
+from kb_bridge.errors import KbError
 from kb_bridge.protocol.results import error_result, success_result
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools import tasks
@@ -121,9 +122,7 @@ class TaskHandlers:
                                        **({"resultType": "complete"} if modern else {})})
         _spec, (_result, ref) = outcome
         task_id = encode(ref, self._key)
-        state = tasks.TaskState(tasks.COMPLETED if ref.job_id is None else tasks.WORKING, ref.created, ref.created,
-                                "done" if ref.job_id is None else f"job {ref.job_id} is {_result.get('status')}",
-                                result=ref.result if ref.job_id is None else None)
+        state = tasks.made(ref)
         if modern:
             return self._stamped(ctx, {"resultType": "task", **_task(task_id, state, modern=True)})
         return {"task": _task(task_id, state, modern=False)}
@@ -203,11 +202,12 @@ class TaskHandlers:
             state: TaskState = await self._bridge.run(step, self._dispatcher.tool_context(ctx), ref, *more)
         except UnknownTask:
             raise _unknown(task_id) from None
-        except MCPError:
-            raise
-        except Exception as exc:  # the engine failed: a protocol error the client may retry
-            logger.warning("task %s of %s could not be read: %s", ref.job_id, ref.tool, exc)
-            raise MCPError(code=types.INTERNAL_ERROR, message=f"the task could not be read: {getattr(exc, 'message', 'internal error')}") from None
+        except KbError as exc:  # the engine failed: a protocol error (the task itself may be fine); ask again
+            logger.warning("task of %s (job %s) could not be read: %s", ref.tool, ref.job_id, exc.code)
+            raise MCPError(code=types.INTERNAL_ERROR, message=f"the task could not be read: {exc.code}: {exc.message}") from None
+        except Exception:
+            logger.exception("task of %s (job %s) failed unexpectedly", ref.tool, ref.job_id)
+            raise MCPError(code=types.INTERNAL_ERROR, message="an internal error occurred; it has been logged") from None
         return state
 
     def _tool_result(self, ref: TaskRef, state: TaskState) -> dict[str, Any]:

@@ -64,12 +64,19 @@ def start(spec: ToolSpec, ctx: ToolContext, arguments: Any) -> tuple[Result, Tas
     return result, TaskRef(ctx.principal.owner, spec.name, job_id if isinstance(job_id, int) else None, result, now_iso())
 
 
+def made(ref: TaskRef) -> TaskState:
+    """The task as it stands when made, with no engine call: its job was just queued (or it is done)."""
+    if ref.job_id is None:
+        return TaskState(COMPLETED, ref.created, ref.created, "done", result=ref.result)
+    return TaskState(WORKING, ref.created, ref.created, f"job {ref.job_id} is {ref.result.get('status')}")
+
+
 def read(ctx: ToolContext, ref: TaskRef, progress: JobProgress | None = None) -> TaskState:
     """The task as it stands; UnknownTask when the caller may not see it."""
     if ref.owner != ctx.principal.owner:
         raise UnknownTask()
     if ref.job_id is None:
-        return TaskState(COMPLETED, ref.created, ref.created, "done", result=ref.result)
+        return made(ref)
     try:
         raw = ctx.engine.get_job(ref.job_id)
     except NotFound:
