@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder
 
-from .helpers import API, wait_for, wait_job
+from .helpers import API, upload, wait_for, wait_job
 
 pytestmark = pytest.mark.both_stores
 
@@ -73,6 +73,18 @@ def test_a_queued_job_is_cancelled_and_stays_cancelled(held: tuple[FlaskClient, 
     assert wait_job(client, other["id"])["status"] == "done"
     assert client.get(f"{API}/jobs/{job['id']}").json["status"] == "cancelled"  # never claimed afterwards
     assert client.get(f"{API}/status").json["queue"]["cancelled"] == 1
+
+
+def test_a_cancelled_file_job_leaves_nothing_staged(app: flask.Flask, held: tuple[FlaskClient, threading.Event],
+                                                    store: str) -> None:
+    client, _gate = held
+    staging = engine_of(app).staging.directory
+    job = upload(client, "gulls.txt", b"Herring gulls steal chips.").json
+    assert job["status"] == "queued"
+    # SQLite keeps a queued file in staging; PostgreSQL keeps it in the database (job_uploads), for any replica.
+    assert bool([p for p in staging.iterdir() if p.is_file()]) == (store == "sqlite")
+    assert client.delete(f"{API}/jobs/{job['id']}").json["status"] == "cancelled"
+    assert [p for p in staging.iterdir() if p.is_file()] == []
 
 
 def test_a_job_that_ran_cannot_be_cancelled(held: tuple[FlaskClient, threading.Event]) -> None:

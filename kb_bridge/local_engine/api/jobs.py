@@ -8,7 +8,6 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 from flask import Blueprint, Response, jsonify, request
 
-from ..clock import now_iso
 from ..errors import PayloadTooLarge, UnsupportedMediaType, ValidationError
 from ..ingest import parsers
 from ..ingest.staging import HashingFile
@@ -133,4 +132,4 @@ def get_job(job_id: int) -> dict[str, object]:
 @blueprint.delete("/api/v1/jobs/<id:job_id>")
 def cancel_job(job_id: int) -> dict[str, object]:
     """3.10: take back a queued job (200, the job now `cancelled`; again: the same); 409 once it runs or ran."""
-    return current_engine().store.cancel_job(job_id, now_iso())
+    return current_engine().intake.cancel(job_id)

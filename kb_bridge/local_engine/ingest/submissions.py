@@ -74,6 +74,13 @@ class Intake:
             self._staging.remove(staged.path)
         return job, created
 
+    def cancel(self, job_id: int) -> JSON:
+        """Take back a queued job (3.10) and remove the file it had staged; Conflict once it was claimed."""
+        job, staged = self._store.cancel_job(job_id, now_iso())
+        if staged is not None:
+            self._staging.remove(self._staging.directory / staged)
+        return job
+
     def _idempotency(self, key: str | None, meaning: dict[str, Any]) -> Idempotency | None:
         if key is None:
             return None

@@ -225,9 +225,10 @@ class Store(Protocol):
 
     def requeue_job(self, job_id: int) -> None: ...
 
-    def cancel_job(self, job_id: int, now: str) -> JSON:
-        """Take back a queued job (status `cancelled`, its payload and staged file released) and return it; a
-        job already cancelled is returned as it is. NotFound; Conflict once a worker has claimed it."""
+    def cancel_job(self, job_id: int, now: str) -> tuple[JSON, str | None]:
+        """Take back a queued job (status `cancelled`, its payload released): the job, and the staged file it
+        no longer needs (None for a note or a job cancelled before). A job already cancelled is answered as
+        it is. NotFound; Conflict once a worker has claimed it."""
 
     # --- documents and tags --------------------------------------------------------------------------------
     def get_document(self, doc_id: int, detail: bool = False) -> JSON:

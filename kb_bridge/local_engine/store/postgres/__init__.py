@@ -212,7 +212,7 @@ class PostgresStore(SqlReads, SqlWrites):
             jobs.requeue(conn, job_id, self.replica)
         self._hold(job_id, False)
 
-    def cancel_job(self, job_id: int, now: str) -> dict[str, object]:
+    def cancel_job(self, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
         with self.db.write() as conn:
             return jobs.cancel_job(conn, job_id, now)
 

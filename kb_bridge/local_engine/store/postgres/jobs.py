@@ -146,17 +146,17 @@ def fail_job(conn: Any, job_id: int, owner: str, error: str, now: str) -> None:
         conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
 
 
-def cancel_job(conn: Any, job_id: int, now: str) -> dict[str, object]:
-    """Only a queued job is cancelled; the row lock the UPDATE takes orders it against a replica's claim."""
-    cancelled = conn.execute(
-        "UPDATE jobs SET status = 'cancelled', finished_at = %s, payload = NULL, staged_path = NULL "
-        "WHERE id = %s AND status = 'queued'", (now, job_id)).rowcount
-    if cancelled:
+def cancel_job(conn: Any, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
+    """Only a queued job is cancelled; the row lock (FOR UPDATE) orders it against a replica's claim."""
+    rows = conn.execute("SELECT staged_path FROM jobs WHERE id = %s AND status = 'queued' FOR UPDATE", (job_id,)).fetchall()
+    if rows:
+        conn.execute("UPDATE jobs SET status = 'cancelled', finished_at = %s, payload = NULL, staged_path = NULL "
+                     "WHERE id = %s", (now, job_id))
         conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
     job = get_job(conn, job_id)
     if job["status"] != "cancelled":
         raise Conflict(f"job {job_id} is {job['status']}: only a queued job can be cancelled")
-    return job
+    return job, str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 def requeue(conn: Any, job_id: int, owner: str) -> None:

@@ -132,7 +132,7 @@ class SqliteStore(SqlReads, SqlWrites):
         with self.db.write() as conn:
             jobs.requeue(conn, job_id)
 
-    def cancel_job(self, job_id: int, now: str) -> dict[str, object]:
+    def cancel_job(self, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
         with self.db.write() as conn:
             return jobs.cancel_job(conn, job_id, now)
 

@@ -116,8 +116,10 @@ def fail_job(conn: sqlite3.Connection, job_id: int, error: str, now: str) -> Non
     )
 
 
-def cancel_job(conn: sqlite3.Connection, job_id: int, now: str) -> dict[str, object]:
-    """One statement decides against a claim in the same write transaction: only a queued job is cancelled."""
+def cancel_job(conn: sqlite3.Connection, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
+    """Inside one write transaction (SQLite's single writer orders it against a claim): only a queued job is
+    cancelled."""
+    row = conn.execute("SELECT staged_path FROM jobs WHERE id = ? AND status = 'queued'", (job_id,)).fetchone()
     conn.execute(
         "UPDATE jobs SET status = 'cancelled', finished_at = ?, payload = NULL, staged_path = NULL "
         "WHERE id = ? AND status = 'queued'",
@@ -126,7 +128,7 @@ def cancel_job(conn: sqlite3.Connection, job_id: int, now: str) -> dict[str, obj
     job = get_job(conn, job_id)
     if job["status"] != "cancelled":
         raise Conflict(f"job {job_id} is {job['status']}: only a queued job can be cancelled")
-    return job
+    return job, row[0] if row is not None else None
 
 
 def job_status(conn: sqlite3.Connection, job_id: int) -> str | None:
