@@ -11,8 +11,8 @@ import responses
 from mcp import Client
 
 from kb_bridge.tools.waiting import JobProgress, stage
-from tests.conftest import API
-from tests.helpers import job
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import job
 
 pytestmark = pytest.mark.anyio
 

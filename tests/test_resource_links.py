@@ -8,8 +8,8 @@ import pytest
 import responses
 from mcp import Client
 
-from tests.conftest import API
-from tests.helpers import chunk, document, search_response
+from kb_bridge.testing.fake_engine import API
+from kb_bridge.testing.fake_engine import chunk, document, search_response
 
 pytestmark = pytest.mark.anyio
 

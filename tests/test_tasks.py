@@ -16,8 +16,8 @@ from mcp.shared.exceptions import MCPError
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.task_ids import TaskRef, decode, encode, task_key
-from tests.conftest import API, make_settings
-from tests.helpers import calls_to, document, job
+from kb_bridge.testing.fake_engine import API, make_settings
+from kb_bridge.testing.fake_engine import calls_to, document, job
 from tests.tasks_client import TasksExtension, create_task, task_request
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from kb_bridge.testing.processes import REPO, Service, start_bridge, wait_until
-from tests.conftest import require
+from kb_bridge.testing.processes import require
 from tests.e2e.held_engine import HeldEngine
 from tests.tasks_client import TasksExtension, create_task, task_request, until_ended
 

@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder
 
-from .helpers import API, upload, wait_for, wait_job
+from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
 
 pytestmark = pytest.mark.both_stores
 
