@@ -82,3 +82,36 @@ def test_an_error_result_validates_against_the_tools_output_schema(name: str, er
     result = error_result(error)
     Draft202012Validator(TOOLS[name].output_schema).validate(result.structured_content)
     assert result.is_error and result.content[0].text.startswith(f"{error.code}: ")  # type: ignore[union-attr]
+
+
+def _top_types(field: dict[str, Any]) -> set[str]:
+    if "anyOf" in field:
+        return set().union(*(_top_types(option) for option in field["anyOf"]))
+    return {field["type"]}
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_the_published_output_schema_is_the_full_ones_top_level(name: str) -> None:
+    """tools/list carries each result's fields with their types, nested shapes cut to their type: the same
+    fields, the same required ones, the same types, so every result the full shape accepts fits it too."""
+    full = TOOLS[name].output_schema
+    published = to_mcp_tool(TOOLS[name]).model_dump(by_alias=True, mode="json", exclude_none=True)["outputSchema"]
+    assert published.get("required") == full.get("required") and published["type"] == "object"
+    assert set(published["properties"]) == set(full["properties"])
+    for field, schema in full["properties"].items():
+        assert _top_types(published["properties"][field]) == _top_types(schema), field
+        assert "properties" not in published["properties"][field]  # nested shapes are not repeated
+    for error in ERRORS:
+        Draft202012Validator(published).validate(error_result(error).structured_content)
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_the_annotations_keep_their_meaning_with_defaults_left_out(name: str) -> None:
+    """Read by the MCP defaults (readOnlyHint false, destructiveHint true, idempotentHint false,
+    openWorldHint true), the published hints say what the tool's spec says."""
+    spec = TOOLS[name]
+    hints = to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True)["annotations"]
+    assert hints.get("readOnlyHint", False) is spec.read_only and hints["openWorldHint"] is False
+    if not spec.read_only:
+        assert hints.get("destructiveHint", True) is spec.destructive
+        assert hints.get("idempotentHint", False) is spec.idempotent

@@ -19,17 +19,42 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         title=spec.title,
         description=spec.description,
         input_schema=spec.input_schema,
-        output_schema=spec.output_schema,
+        output_schema=brief_output_schema(spec.output_schema),
         # 2025-11-25 clients ask for a task only of a tool that says it may run as one (protocol/tasks.py);
         # the 2026-07-28 tools/list leaves the field out.
         execution=types.ToolExecution(task_support="optional") if tasks.supports(spec.name) else None,
-        annotations=types.ToolAnnotations(
-            read_only_hint=spec.read_only,
-            destructive_hint=spec.destructive,
-            idempotent_hint=spec.idempotent,
-            open_world_hint=False,
-        ),
+        annotations=tool_annotations(spec),
     )
+
+
+def brief_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The output schema as tools/list publishes it: the result's top-level fields with their types, nested
+    shapes cut to their type. The full shapes stay the contract in code (tools/*.py, shapes.py; every result
+    is checked against them in the tests); published whole they were 44 % of tools/list, context every agent
+    pays for on every conversation, and a result that fits them still fits this (clients that validate
+    structuredContent, as the TypeScript SDK does, keep passing)."""
+    brief = {key: value for key, value in schema.items() if key != "properties"}
+    brief["properties"] = {name: _type_only(field) for name, field in schema.get("properties", {}).items()}
+    return brief
+
+
+def _type_only(field: dict[str, Any]) -> dict[str, Any]:
+    if "anyOf" in field:
+        return {"anyOf": [_type_only(option) for option in field["anyOf"]]}
+    if "type" not in field:
+        return {}
+    if field["type"] == "array" and "type" in field.get("items", {}):
+        return {"type": "array", "items": {"type": field["items"]["type"]}}
+    return {"type": field["type"]}
+
+
+def tool_annotations(spec: ToolSpec) -> types.ToolAnnotations:
+    """The hints, each left out where the MCP default already says it (readOnlyHint false, idempotentHint
+    false), and destructive/idempotent only for a tool that writes (the spec gives them meaning only there)."""
+    if spec.read_only:
+        return types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    return types.ToolAnnotations(destructive_hint=spec.destructive, idempotent_hint=spec.idempotent or None,
+                                 open_world_hint=False)
 
 
 def success_result(result: dict[str, Any], text: str, links: list[DocumentLink] | None = None) -> types.CallToolResult:
