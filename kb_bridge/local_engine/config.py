@@ -88,6 +88,8 @@ class EngineConfig:
     # above, it walks the HNSW graph (store/vector_index.py). 0 always uses the graph.
     exact_search_below: int = 20_000
     idempotency_ttl_seconds: int = 24 * 3600
+    # Earlier versions of a note kept besides its current one (store/sql_writes.py); the oldest go first.
+    keep_versions: int = 50
     allow_no_auth: bool = False
     access_log: bool = False
     # Log lines as JSON objects (the bridge's format), or plain text; KB_LOG_JSON governs both programs.
@@ -189,6 +191,7 @@ def _read(env: Env) -> dict[str, Any]:
         "vector_weight": env.number("KB_ENGINE_VECTOR_WEIGHT", d.vector_weight, low=0.0),
         "bm25_title_weight": env.integer("KB_ENGINE_BM25_TITLE_WEIGHT", d.bm25_title_weight, 0, 8),
         "exact_search_below": env.integer("KB_ENGINE_EXACT_SEARCH_BELOW", d.exact_search_below, 0, 1 << 40),
+        "keep_versions": env.integer("KB_ENGINE_KEEP_VERSIONS", d.keep_versions, 0, 100_000),
         "allow_no_auth": env.flag("KB_ENGINE_ALLOW_NO_AUTH", d.allow_no_auth),
         "access_log": env.flag("KB_ENGINE_ACCESS_LOG", d.access_log),
         "log_json": env.flag("KB_LOG_JSON", d.log_json),

@@ -32,7 +32,28 @@ def list_documents() -> dict[str, object]:
 
 @blueprint.get("/api/v1/documents/<id:doc_id>")
 def get_document(doc_id: int) -> Response:
-    return _with_etag(current_engine().store.get_document(doc_id, detail=True))
+    """The document with its text and chunks; `?version=N` one of its kept versions (its text, no chunks)."""
+    store = current_engine().store
+    version = request.args.get("version")
+    if version is None:
+        return _with_etag(store.get_document(doc_id, detail=True))
+    if not version.isdigit() or not 1 <= int(version) <= 2**31 - 1:
+        raise ValidationError("version must be a positive integer")
+    return jsonify(store.get_version(doc_id, int(version)))
+
+
+@blueprint.get("/api/v1/documents/<id:doc_id>/versions")
+def list_versions(doc_id: int) -> dict[str, object]:
+    """The versions kept, newest (current) first, without their texts."""
+    return {"id": doc_id, "versions": current_engine().store.list_versions(doc_id)}
+
+
+@blueprint.put("/api/v1/documents/<id:doc_id>/versions")
+def restore_versions(doc_id: int) -> dict[str, object]:
+    """Replace a note's earlier versions (kb-bridge import bringing back an export's history)."""
+    engine = current_engine()
+    body = validation.json_object(engine.config.max_json_bytes)
+    return engine.store.restore_versions(doc_id, validation.versions(body.get("versions")))
 
 
 @blueprint.get("/api/v1/documents/<id:doc_id>/original")
@@ -69,7 +90,7 @@ def update_note(doc_id: int) -> Response:
     title = validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS)
     if text is None and title is None:
         raise ValidationError("give text, title or both")
-    document = engine.indexer.update_note(doc_id, text, title, if_match_versions())
+    document = engine.indexer.update_note(doc_id, text, title, if_match_versions(), validation.changed_by(body))
     return _with_etag(document)
 
 

@@ -35,14 +35,21 @@ def create_job() -> tuple[Response, int]:
 def _submit_note(key: str | None) -> tuple[dict[str, object], bool]:
     engine = current_engine()
     body = validation.json_object(engine.config.max_json_bytes)
-    fields = {
+    tags = list(validation.tags(body.get("tags")))
+    fields: dict[str, object] = {
         "text": validation.string(body, "text", required=True),
         "title": validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS),
-        "tags": list(validation.tags(body.get("tags"))),
+        "tags": tags,
         "source_path": validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS),
         **document_times(body),
     }
-    return engine.intake.submit_note(fields, key, _priority(validation.string(body, "priority")))
+    changed_by = validation.changed_by(body)
+    if changed_by is not None:
+        fields["changed_by"] = changed_by
+    unique_in = validation.string(body, "unique_in", max_chars=validation.MAX_TAG_CHARS)
+    if unique_in is not None and unique_in not in tags:
+        raise ValidationError("unique_in must be one of the note's tags (the scope it must be unique in)")
+    return engine.intake.submit_note(fields, key, _priority(validation.string(body, "priority")), unique_in)
 
 
 def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:

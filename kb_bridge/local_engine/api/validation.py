@@ -20,6 +20,7 @@ MAX_TAG_CHARS = 200
 MAX_TAGS = 100
 MAX_TITLE_CHARS = 1000
 MAX_PATH_CHARS = 4096
+MAX_CHANGED_BY_CHARS = 200
 
 
 def json_object(max_bytes: int) -> dict[str, Any]:
@@ -160,3 +161,39 @@ def arg_bool(name: str, default: bool) -> bool:
     if lowered in ("0", "false", "no"):
         return False
     raise ValidationError(f"{name} must be true or false")
+
+
+def changed_by(body: Mapping[str, Any]) -> str | None:
+    """`changed_by`: who asks for a change, as the client names them (kept with the version it makes)."""
+    return string(body, "changed_by", max_chars=MAX_CHANGED_BY_CHARS)
+
+
+MAX_VERSIONS = 10_000
+
+
+def versions(value: Any) -> list[dict[str, Any]]:
+    """`versions`: a note's earlier versions, each {version, title, text, tags, updated_at, changed_by?}."""
+    if not isinstance(value, list) or len(value) > MAX_VERSIONS:
+        raise ValidationError(f"versions must be a list of at most {MAX_VERSIONS} versions")
+    checked: list[dict[str, Any]] = []
+    for index, item in enumerate(value):
+        where = f"versions[{index}]"
+        if not isinstance(item, dict):
+            raise ValidationError(f"{where} must be an object")
+        number = item.get("version")
+        if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= 2**31 - 2:
+            raise ValidationError(f"{where}.version must be a positive integer")
+        try:
+            checked.append({
+                "version": number,
+                "title": string(item, "title", required=True, max_chars=MAX_TITLE_CHARS),
+                "text": string(item, "text", required=True),
+                "tags": list(tags(item.get("tags"))),
+                "updated_at": string(item, "updated_at", required=True, max_chars=40),
+                "changed_by": changed_by(item),
+            })
+        except ValidationError as exc:
+            raise ValidationError(f"{where}.{exc.message}") from None
+    if len({item["version"] for item in checked}) != len(checked):
+        raise ValidationError("versions: each version number may appear once")
+    return checked

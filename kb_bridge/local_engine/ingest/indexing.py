@@ -73,7 +73,8 @@ class Indexer:
             vectors[rows] = embedder.embed_documents([embedding_input(*chunks[row]) for row in rows])
         return vectors
 
-    def update_note(self, doc_id: int, text: str | None, title: str | None, if_match: Collection[str] | None) -> JSON:
+    def update_note(self, doc_id: int, text: str | None, title: str | None, if_match: Collection[str] | None,
+                    changed_by: str | None = None) -> JSON:
         """Replace a note's text and/or title: re-chunk, re-embed, keep id and created_at, bump version.
 
         `if_match` is the versions the client accepts (from If-Match; "*" accepts any), or None for no
@@ -86,7 +87,7 @@ class Indexer:
         if title is None and text is not None and current["title"] == derive_title(str(current["content"])):
             new_title = derive_title(text)  # the title was derived from the old text: derive it anew
         prepared = self.prepare(new_title, new_text, "note")
-        return self.store.replace_note(doc_id, new_title, new_text, prepared, if_match, now_iso())
+        return self.store.replace_note(doc_id, new_title, new_text, prepared, if_match, now_iso(), changed_by)
 
     def backfill(self, embedder: Embedder, limit: int) -> int:
         """Embed up to `limit` stored chunks that have no vector (stored before the model was available)."""

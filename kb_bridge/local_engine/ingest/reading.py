@@ -31,6 +31,7 @@ def read_job(job: ClaimedJob, staging_dir: Path) -> NewDocument:
             tags=tags,
             created_at=payload.get("created_at"),
             updated_at=payload.get("updated_at"),
+            changed_by=payload.get("changed_by"),
         )
     path = staged_path(job, staging_dir)
     if path is None or not path.is_file():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import now_iso, seconds_ago_iso
-from ..store.base import INTERACTIVE, JSON, PRIORITIES, Idempotency, Store, Submission
+from ..store.base import INTERACTIVE, JSON, PRIORITIES, Idempotency, NoteKey, Store, Submission, note_text_key
 from .staging import HashingFile, Staging
 
 # Work up to this size is interactive unless the client says `bulk`: an agent's note, one small file. It is
@@ -43,10 +43,15 @@ class Intake:
         self._on_queued = on_queued
         self._ttl = idempotency_ttl_seconds
 
-    def submit_note(self, fields: dict[str, Any], key: str | None, priority: str | None = None) -> tuple[JSON, bool]:
-        """Queue a note. Returns (job, created); created is False when an idempotent replay found the job."""
-        size = len(str(fields.get("text") or "").encode("utf-8"))
-        submission = Submission("note", fields, priority=priority_of(priority, size))
+    def submit_note(self, fields: dict[str, Any], key: str | None, priority: str | None = None,
+                    unique_in: str | None = None) -> tuple[JSON, bool]:
+        """Queue a note. Returns (job, created); created is False when an idempotent replay found the job,
+        or when, `unique_in` a tag, a note with the same normalised text and that tag is already kept or
+        queued (then the job is that note's, with `duplicate_of`)."""
+        text = str(fields.get("text") or "")
+        size = len(text.encode("utf-8"))
+        unique = NoteKey(unique_in, note_text_key(text)) if unique_in is not None else None
+        submission = Submission("note", fields, priority=priority_of(priority, size), unique=unique)
         job, created = self._store.submit(submission, self._idempotency(key, fields), now_iso())
         if created:
             self._on_queued()

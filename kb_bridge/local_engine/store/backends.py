@@ -13,8 +13,8 @@ def open_store(config: EngineConfig) -> Store:
         from .postgres import PostgresStore
 
         return PostgresStore(config.database_url, config.data_dir, config.uploads_dir,
-                             title_repeats=config.bm25_title_weight)
+                             title_repeats=config.bm25_title_weight, keep_versions=config.keep_versions)
     from .sqlite import SqliteStore
 
     return SqliteStore(config.database_path, title_repeats=config.bm25_title_weight,
-                       exact_below=config.exact_search_below)
+                       exact_below=config.exact_search_below, keep_versions=config.keep_versions)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,6 +35,28 @@ INTERACTIVE = 1
 def text_sha256(text: str) -> str:
     """The key of a chunk's text: with the title, it says whether a stored vector can be reused."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def note_text_key(text: str) -> str:
+    """What makes two notes' texts the same (a duplicate, store/note_keys): equal after Unicode NFC,
+    trimming and collapsing every run of whitespace into one space."""
+    return hashlib.sha256(" ".join(unicodedata.normalize("NFC", text).split()).encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class NoteKey:
+    """A note unique in `scope` (a tag it carries) by its normalised text: a second one is a duplicate."""
+
+    scope: str
+    text_key: str
+
+
+def duplicate_answer(conn: Any, sql_jobs: Any, job_id: int | None, doc_id: int | None) -> JSON:
+    """The answer to a note that duplicates one already kept: the earlier note's job (the one whose key it
+    met) with `duplicate_of`, the earlier note's document id (None while that job runs)."""
+    job: JSON = sql_jobs.get_job(conn, job_id) if job_id is not None else {"id": None, "status": "done"}
+    found = doc_id if doc_id is not None else job.get("document_id")
+    return {**job, "duplicate_of": found}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +98,7 @@ class NewDocument:
     # The times an imported document keeps (POST /jobs `created_at`/`updated_at`, engine 3.8); None: now.
     created_at: str | None = None
     updated_at: str | None = None
+    changed_by: str | None = None  # who asked for it, when the client said (3.9)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +153,7 @@ class Submission:
     filename: str | None = None
     staged_path: str | None = None
     priority: int = 0
+    unique: NoteKey | None = None  # a note that must not duplicate one already in its scope
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +230,9 @@ class Store(Protocol):
     # --- jobs -----------------------------------------------------------------------------------------------
     def submit(self, submission: Submission, idempotency: Idempotency | None, now: str) -> tuple[JSON, bool]:
         """Queue a job. With an idempotency key already used for the same body, the earlier job and False;
-        for another body, Conflict. Check and insert are one transaction."""
+        for another body, Conflict. A note whose `unique` key a note in its scope already holds queues
+        nothing: the earlier note's job with `duplicate_of` (its document id, None until stored) and False.
+        Checks and insert are one transaction."""
 
     def get_job(self, job_id: int) -> JSON: ...
 
@@ -239,9 +266,11 @@ class Store(Protocol):
     def delete_document(self, doc_id: int) -> None: ...
 
     def replace_note(
-        self, doc_id: int, title: str, text: str, chunks: PreparedChunks, if_match: Collection[str] | None, now: str
+        self, doc_id: int, title: str, text: str, chunks: PreparedChunks, if_match: Collection[str] | None, now: str,
+        changed_by: str | None = None,
     ) -> JSON:
-        """Replace a note's title, text, chunks and vectors; version + 1. NotANote for a file,
+        """Replace a note's title, text, chunks and vectors; version + 1, the version it replaces kept in
+        its history (the oldest beyond the store's `keep_versions` dropped). NotANote for a file,
         PreconditionFailed when `if_match` (versions accepted; "*" any) does not hold."""
 
     def move_document(self, doc_id: int, source_path: str | None, title: str | None,
@@ -249,6 +278,19 @@ class Store(Protocol):
         """Change a document's source_path and/or title in place (None: keep it): same id, chunks and vectors,
         nothing re-embedded (the vectors keep the old title's share of their input); version + 1.
         PreconditionFailed when `if_match` does not hold."""
+
+    def list_versions(self, doc_id: int) -> list[JSON]:
+        """The document's versions, newest (the current one) first: number, title, tags, updated_at,
+        changed_by, current. NotFound for a missing document."""
+
+    def get_version(self, doc_id: int, version: int) -> JSON:
+        """The document as it was at `version`, with its `content` (no chunks); NotFound when the document
+        or that version (never made, or pruned) is not there."""
+
+    def restore_versions(self, doc_id: int, versions: Sequence[Mapping[str, Any]]) -> JSON:
+        """Replace a document's earlier versions with these (an import): each a mapping of version, title,
+        text, tags, updated_at, changed_by, below the document's version, which rises past them if needed.
+        Returns list_versions."""
 
     def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                     now: str, missing_is_not_found: bool = False) -> JSON:

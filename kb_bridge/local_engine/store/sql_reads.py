@@ -26,6 +26,7 @@ class SqlReads:
     indexes: DerivedIndexes
     sql_documents: ModuleType
     sql_jobs: ModuleType
+    sql_history: ModuleType
 
     def get_job(self, job_id: int) -> JSON:
         with self.db.snapshot() as conn:
@@ -43,6 +44,27 @@ class SqlReads:
         with self.db.snapshot() as conn:
             read = self.sql_documents.get_document_detail if detail else self.sql_documents.get_document
             return read(conn, doc_id)
+
+    def list_versions(self, doc_id: int) -> list[JSON]:
+        with self.db.snapshot() as conn:
+            document = self.sql_documents.get_document(conn, doc_id)
+            current: JSON = {key: document[key] for key in ("version", "title", "tags", "updated_at", "changed_by")}
+            current["current"] = True
+            return [current, *self.sql_history.earlier_versions(conn, doc_id)]
+
+    def get_version(self, doc_id: int, version: int) -> JSON:
+        with self.db.snapshot() as conn:
+            document = self.sql_documents.get_document_detail(conn, doc_id)
+            if document["version"] == version:
+                document["current"] = True
+                return document
+            found = self.sql_history.earlier_version(conn, doc_id, version)
+        if found is None:
+            raise NotFound(f"document {doc_id} has no version {version} (kept: the current one and up to the "
+                           "KB_ENGINE_KEEP_VERSIONS before it)")
+        # The document's own fields, with the version's title, tags, text and time; no chunks (search
+        # only ever finds the current version).
+        return {**{k: v for k, v in document.items() if k not in ("content", "chunks", "chunk_count", "size_bytes", "sha256")}, **found, "chunks": []}
 
     def original(self, doc_id: int) -> tuple[str | None, str, Iterator[bytes]]:
         with self.db.snapshot() as conn:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotFound
-from .base import JSON, PreparedChunks, check_note, check_version
+from ..errors import NotFound, ValidationError
+from .base import JSON, PreparedChunks, check_note, check_version, note_text_key
 
 if TYPE_CHECKING:
     from .derived import DerivedIndexes, Transactions
@@ -27,11 +27,16 @@ class SqlWrites:
     indexes: DerivedIndexes
     sql_documents: ModuleType
     sql_jobs: ModuleType
+    sql_history: ModuleType
+    sql_note_keys: ModuleType
+    keep_versions: int  # earlier versions kept per document (KB_ENGINE_KEEP_VERSIONS)
     _write_lock: threading.RLock
 
     if TYPE_CHECKING:  # the store mixes in SqlReads too
 
         def get_document(self, doc_id: int, detail: bool = False) -> JSON: ...
+
+        def list_versions(self, doc_id: int) -> list[JSON]: ...
 
     @contextlib.contextmanager
     def _changing(self) -> Iterator[Any]:
@@ -46,15 +51,18 @@ class SqlWrites:
             self.sql_documents.delete_document(conn, doc_id)
 
     def replace_note(self, doc_id: int, title: str, text: str, chunks: PreparedChunks,
-                     if_match: Collection[str] | None, now: str) -> JSON:
+                     if_match: Collection[str] | None, now: str, changed_by: str | None = None) -> JSON:
         with self._changing() as conn:
             row = self.sql_documents.require_document(conn, doc_id)
             check_note(row["doc_type"], row["version"], doc_id, if_match)
+            self.sql_history.archive(conn, doc_id)
+            self.sql_history.prune(conn, doc_id, self.keep_versions)
             self.sql_documents.delete_chunks(conn, doc_id)
-            self.sql_documents.update_note(conn, doc_id, title, text, now)
+            self.sql_documents.update_note(conn, doc_id, title, text, now, changed_by)
             chunk_ids = self.sql_documents.insert_chunks(conn, doc_id, title, chunks.texts)
             self.sql_documents.store_vectors(conn, chunk_ids, chunks.vectors)
             self.sql_jobs.record_finished_update(conn, doc_id, now)
+            self._rekey(conn, doc_id, text_key=note_text_key(text))
         return self.get_document(doc_id)
 
     def move_document(self, doc_id: int, source_path: str | None, title: str | None,
@@ -64,6 +72,38 @@ class SqlWrites:
             check_version(row["version"], doc_id, if_match)
             self.sql_documents.move_document(conn, doc_id, source_path, title, now)
         return self.get_document(doc_id)
+
+    def restore_versions(self, doc_id: int, versions: Sequence[Mapping[str, Any]]) -> JSON:
+        with self.db.write() as conn:
+            row = self.sql_documents.require_document(conn, doc_id)
+            if row["doc_type"] != "note":
+                raise ValidationError(f"document {doc_id} is a {row['doc_type']} file; only notes have versions")
+            kept = sorted(versions, key=lambda v: int(v["version"]))[-self.keep_versions:] if self.keep_versions else []
+            self.sql_history.replace_all(conn, doc_id, kept)
+            if kept:
+                # The current version stays the newest: numbers keep their order.
+                self.sql_history.raise_version(conn, doc_id, int(kept[-1]["version"]) + 1)
+        return {"id": doc_id, "versions": self.list_versions(doc_id)}
+
+    def _rekey(self, conn: Any, doc_id: int, text_key: str | None = None) -> None:
+        """Keep a keyed note's duplicate key true after a change: its new text (`text_key`) or, when its
+        scope tag went, the one tag with the scope's prefix that replaced it (a move between collections,
+        `collection:a` to `collection:b`). A key another note holds, or no such tag, leaves it without one."""
+        held = self.sql_note_keys.key_of(conn, doc_id)
+        if held is None:
+            return
+        scope, old_key, job_id = held
+        tags = self.sql_documents.tag_state(conn, doc_id)["tags"]
+        if scope not in tags:
+            prefix = scope[: scope.index(":") + 1] if ":" in scope else scope
+            successors = [tag for tag in tags if tag.startswith(prefix)]
+            scope = successors[0] if len(successors) == 1 else ""
+        new_key = text_key or old_key
+        if (scope, new_key) == (held[0], old_key):
+            return
+        self.sql_note_keys.release(conn, doc_id)
+        if scope:
+            self.sql_note_keys.hold(conn, scope, new_key, job_id, doc_id)
 
     def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                     now: str, missing_is_not_found: bool = False) -> JSON:
@@ -76,6 +116,7 @@ class SqlWrites:
                     if tag not in held:
                         raise NotFound(f"document {doc_id} has no tag {tag!r}")
             state: JSON = self.sql_documents.change_tags(conn, doc_id, add, remove, now)
+            self._rekey(conn, doc_id)
             return state
 
     def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:

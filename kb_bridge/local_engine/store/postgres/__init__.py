@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import StoreUnavailable
 from ..base import (
     JSON,
+    duplicate_answer,
     ClaimedJob,
     DocumentFilter,
     FinishedJob,
@@ -41,7 +42,7 @@ from ..base import (
 from ..derived import DerivedIndexes
 from ..sql_reads import SqlReads
 from ..sql_writes import SqlWrites
-from . import documents, index_log, jobs, schema, vectors
+from . import documents, history, index_log, jobs, note_keys, schema, vectors
 from .db import Database, redacted
 
 if TYPE_CHECKING:
@@ -61,11 +62,14 @@ class PostgresStore(SqlReads, SqlWrites):
     kind = "postgresql"
     sql_documents = documents
     sql_jobs = jobs
+    sql_history = history
+    sql_note_keys = note_keys
     db: Database
 
     def __init__(self, url: str, data_dir: Path, uploads_dir: Path, title_repeats: int = 2,
-                 lease_seconds: float = LEASE_SECONDS) -> None:
+                 lease_seconds: float = LEASE_SECONDS, keep_versions: int = 50) -> None:
         self.url = url
+        self.keep_versions = keep_versions
         self.db = Database(url)
         self.uploads_dir = uploads_dir
         self.data_dir = data_dir
@@ -144,9 +148,16 @@ class PostgresStore(SqlReads, SqlWrites):
                                                    idempotency.not_before)
                 if earlier is not None:
                     return earlier, False
+            unique = submission.unique
+            if unique is not None:
+                holder = note_keys.take(conn, unique.scope, unique.text_key)
+                if holder is not None:
+                    return duplicate_answer(conn, jobs, *holder), False
             job = jobs.create_job(conn, submission.type, now, dict(submission.payload), submission.filename,
                                   submission.staged_path, submission.priority)
             job_id = int(str(job["id"]))
+            if unique is not None:
+                note_keys.set_job(conn, unique.scope, unique.text_key, job_id)
             if submission.staged_path:
                 jobs.store_upload(conn, job_id, _read_parts(self.uploads_dir / submission.staged_path))
             if idempotency is not None:
@@ -194,6 +205,7 @@ class PostgresStore(SqlReads, SqlWrites):
                 if item.original is not None:
                     documents.store_original_from_upload(conn, doc_id, item.job_id, item.original)
                 jobs.finish_job(conn, item.job_id, doc_id, now)
+                note_keys.job_stored(conn, item.job_id, doc_id)
                 stored[item.job_id] = doc_id
         for item in finished:
             self._hold(item.job_id, False)
@@ -205,6 +217,7 @@ class PostgresStore(SqlReads, SqlWrites):
     def fail_job(self, job_id: int, error: str, now: str) -> None:
         with self.db.write() as conn:
             jobs.fail_job(conn, job_id, self.replica, error, now)
+            note_keys.job_failed(conn, job_id)
         self._hold(job_id, False)
 
     def requeue_job(self, job_id: int) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
-    d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
+    d.created_at, d.updated_at, d.changed_by, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
 
 
 def dicts(conn: Any, sql: str, params: Sequence[object] | dict[str, object] = ()) -> list[dict[str, Any]]:
@@ -47,7 +47,8 @@ def where_sql(where: DocumentFilter, alias: str = "d") -> tuple[str, list[object
 def _document(row: dict[str, Any], tags: list[str]) -> dict[str, object]:
     return {"id": row["id"], "title": row["title"], "doc_type": row["doc_type"], "source_path": row["source_path"],
             "tags": tags, "chunk_count": row["chunk_count"], "size_bytes": row["size_bytes"], "sha256": row["sha256"],
-            "version": row["version"], "created_at": row["created_at"], "updated_at": row["updated_at"]}
+            "version": row["version"], "created_at": row["created_at"], "updated_at": row["updated_at"],
+            "changed_by": row["changed_by"]}
 
 
 def get_document(conn: Any, doc_id: int) -> dict[str, object]:
@@ -85,10 +86,10 @@ def insert_documents(conn: Any, items: Sequence[NewDocument], now: str) -> list[
     ids: list[int] = []
     for new in items:
         doc_id = conn.execute(
-            "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at) "
-            "VALUES (%s, %s, %s, %s, %s, 1, %s, %s) RETURNING id",
+            "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at, changed_by) "
+            "VALUES (%s, %s, %s, %s, %s, 1, %s, %s, %s) RETURNING id",
             (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, new.created_at or now,
-             new.updated_at or new.created_at or now),
+             new.updated_at or new.created_at or now, new.changed_by),
         ).fetchone()[0]
         ids.append(int(doc_id))
     with conn.cursor() as cursor:
@@ -193,10 +194,11 @@ def require_document(conn: Any, doc_id: int) -> dict[str, Any]:
     return rows[0]
 
 
-def update_note(conn: Any, doc_id: int, title: str, content: str, now: str) -> None:
+def update_note(conn: Any, doc_id: int, title: str, content: str, now: str, changed_by: str | None = None) -> None:
     data = content.encode("utf-8")
     conn.execute("UPDATE documents SET title = %s, size_bytes = %s, sha256 = %s, version = version + 1, "
-                 "updated_at = %s WHERE id = %s", (title, len(data), hashlib.sha256(data).hexdigest(), now, doc_id))
+                 "updated_at = %s, changed_by = %s WHERE id = %s",
+                 (title, len(data), hashlib.sha256(data).hexdigest(), now, changed_by, doc_id))
     conn.execute("UPDATE document_content SET text = %s WHERE document_id = %s", (content, doc_id))
 
 

@@ -148,6 +148,29 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "documents found by creation time: search and listings filter on it (kb engine 3.8)", (
         "CREATE INDEX documents_created_at ON documents (created_at, id)",
     )),
+    Migration(5, "a note's earlier versions, who made each version, and the keys that refuse duplicate notes "
+                 "(kb engine 3.9)", (
+        "ALTER TABLE documents ADD COLUMN changed_by TEXT",
+        """CREATE TABLE document_versions (
+            document_id BIGINT NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+            version INTEGER NOT NULL,
+            title TEXT NOT NULL,
+            text TEXT NOT NULL,
+            tags TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            changed_by TEXT,
+            PRIMARY KEY (document_id, version)
+        )""",
+        """CREATE TABLE note_keys (
+            scope TEXT NOT NULL,
+            text_key TEXT NOT NULL,
+            job_id BIGINT,
+            document_id BIGINT REFERENCES documents (id) ON DELETE CASCADE,
+            PRIMARY KEY (scope, text_key)
+        )""",
+        "CREATE INDEX note_keys_document ON note_keys (document_id)",
+        "CREATE INDEX note_keys_job ON note_keys (job_id)",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import (
     JSON,
+    duplicate_answer,
     ClaimedJob,
     DocumentFilter,
     FinishedJob,
@@ -32,7 +33,7 @@ from ..base import (
 from ..derived import DerivedIndexes
 from ..sql_reads import SqlReads
 from ..sql_writes import SqlWrites
-from . import documents, index_log, jobs, schema
+from . import documents, history, index_log, jobs, note_keys, schema
 from .db import Database
 
 if TYPE_CHECKING:
@@ -46,10 +47,13 @@ class SqliteStore(SqlReads, SqlWrites):
     kind = "sqlite"
     sql_documents = documents
     sql_jobs = jobs
+    sql_history = history
+    sql_note_keys = note_keys
     db: Database
 
-    def __init__(self, path: Path, title_repeats: int = 2, exact_below: int = 20_000) -> None:
+    def __init__(self, path: Path, title_repeats: int = 2, exact_below: int = 20_000, keep_versions: int = 50) -> None:
         self.path = path
+        self.keep_versions = keep_versions
         self.db = Database(path)
         self.indexes = DerivedIndexes(self.db, index_log, path.parent / "indexes", title_repeats, exact_below)
         self._write_lock = threading.RLock()
@@ -86,9 +90,16 @@ class SqliteStore(SqlReads, SqlWrites):
                 earlier = jobs.find_idempotent_job(conn, idempotency.key, idempotency.body_sha256, idempotency.not_before)
                 if earlier is not None:
                     return earlier, False
+            unique = submission.unique
+            if unique is not None:
+                holder = note_keys.take(conn, unique.scope, unique.text_key)
+                if holder is not None:
+                    return duplicate_answer(conn, jobs, *holder), False
             job = jobs.create_job(conn, submission.type, now, payload=dict(submission.payload),
                                   filename=submission.filename, staged_path=submission.staged_path,
                                   priority=submission.priority)
+            if unique is not None:
+                note_keys.set_job(conn, unique.scope, unique.text_key, int(str(job["id"])))
             if idempotency is not None:
                 jobs.remember_idempotency_key(conn, idempotency.key, idempotency.body_sha256, int(str(job["id"])),
                                               str(job["created_at"]))
@@ -116,6 +127,7 @@ class SqliteStore(SqlReads, SqlWrites):
                     if item.original is not None:
                         documents.store_original(conn, doc_id, item.original)
                     jobs.attach_document(conn, item.job_id, doc_id)
+                    note_keys.job_stored(conn, item.job_id, doc_id)
                     stored[item.job_id] = doc_id
             # Done only once searchable (_changing caught the indexes up); a crash before the next step
             # leaves them running with their document, and recover() marks them done.
@@ -127,6 +139,7 @@ class SqliteStore(SqlReads, SqlWrites):
     def fail_job(self, job_id: int, error: str, now: str) -> None:
         with self.db.write() as conn:
             jobs.fail_job(conn, job_id, error, now)
+            note_keys.job_failed(conn, job_id)
 
     def requeue_job(self, job_id: int) -> None:
         with self.db.write() as conn:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version,
-    d.created_at, d.updated_at, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
+    d.created_at, d.updated_at, d.changed_by, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
 
 
 def where_sql(where: DocumentFilter, alias: str = "d") -> tuple[str, list[object]]:
@@ -55,6 +55,7 @@ def _document(row: sqlite3.Row, tags: list[str]) -> dict[str, object]:
         "version": row["version"],
         "created_at": row["created_at"],
         "updated_at": row["updated_at"] or row["created_at"],
+        "changed_by": row["changed_by"],
     }
 
 
@@ -121,10 +122,10 @@ def matching_chunk_ids(conn: sqlite3.Connection, where: DocumentFilter) -> list[
 
 def insert_document(conn: sqlite3.Connection, new: NewDocument, now: str) -> int:
     cursor = conn.execute(
-        "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+        "INSERT INTO documents (title, doc_type, source_path, size_bytes, sha256, version, created_at, updated_at, changed_by) "
+        "VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?)",
         (new.title, new.doc_type, new.source_path, new.size_bytes, new.sha256, new.created_at or now,
-         new.updated_at or new.created_at or now),
+         new.updated_at or new.created_at or now, new.changed_by),
     )
     doc_id = int(cursor.lastrowid or 0)
     conn.execute("INSERT INTO document_content (document_id, text) VALUES (?, ?)", (doc_id, new.content))
@@ -219,13 +220,13 @@ def require_document(conn: sqlite3.Connection, doc_id: int) -> sqlite3.Row:
 
 
 def update_note(
-    conn: sqlite3.Connection, doc_id: int, title: str, content: str, now: str
+    conn: sqlite3.Connection, doc_id: int, title: str, content: str, now: str, changed_by: str | None = None
 ) -> None:
     data = content.encode("utf-8")
     conn.execute(
-        "UPDATE documents SET title = ?, size_bytes = ?, sha256 = ?, version = version + 1, updated_at = ? "
-        "WHERE id = ?",
-        (title, len(data), hashlib.sha256(data).hexdigest(), now, doc_id),
+        "UPDATE documents SET title = ?, size_bytes = ?, sha256 = ?, version = version + 1, updated_at = ?, "
+        "changed_by = ? WHERE id = ?",
+        (title, len(data), hashlib.sha256(data).hexdigest(), now, changed_by, doc_id),
     )
     conn.execute("UPDATE document_content SET text = ? WHERE document_id = ?", (content, doc_id))
 

@@ -171,6 +171,36 @@ MIGRATIONS: tuple[Migration, ...] = (
         # updated_at has had its index since version 2.
         ("CREATE INDEX documents_created_at ON documents(created_at, id)",),
     ),
+    Migration(
+        7,
+        "a note's earlier versions, who made each version, and the keys that refuse duplicate notes (kb engine 3.9)",
+        (
+            "ALTER TABLE documents ADD COLUMN changed_by TEXT",
+            # A version as it was just before a change to the text or title replaced it (store/history.py).
+            # `tags` is a JSON array.
+            """CREATE TABLE document_versions (
+                document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+                version INTEGER NOT NULL,
+                title TEXT NOT NULL,
+                text TEXT NOT NULL,
+                tags TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                changed_by TEXT,
+                PRIMARY KEY (document_id, version)
+            ) WITHOUT ROWID""",
+            # One row per note added with `unique_in`: the primary key makes the second of two identical
+            # notes in one scope impossible (store/note_keys.py). `job_id` until the document exists.
+            """CREATE TABLE note_keys (
+                scope TEXT NOT NULL,
+                text_key TEXT NOT NULL,
+                job_id INTEGER,
+                document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,
+                PRIMARY KEY (scope, text_key)
+            )""",
+            "CREATE INDEX note_keys_document ON note_keys(document_id)",
+            "CREATE INDEX note_keys_job ON note_keys(job_id)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

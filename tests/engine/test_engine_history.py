@@ -1,0 +1,136 @@
+"""A note's history (GET /documents/{id}/versions, ?version=N, PUT versions, KB_ENGINE_KEEP_VERSIONS) and
+notes unique in a scope (`unique_in`), on both stores (the both_stores marker, tests/engine/conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from kb_bridge.testing.engine_app import API, add_note, error_code, wait_job
+
+pytestmark = pytest.mark.both_stores
+
+
+def _patch(client: FlaskClient, doc_id: int, **body: object) -> dict[str, object]:
+    response = client.patch(f"{API}/notes/{doc_id}", json=body)
+    assert response.status_code == 200, response.json
+    return response.json
+
+
+def test_every_text_or_title_change_keeps_the_version_it_replaces(client: FlaskClient) -> None:
+    note = add_note(client, "the kettle is in the left cupboard", tags=["collection:memory"], changed_by="alice")
+    assert note["changed_by"] == "alice"
+    _patch(client, note["id"], text="the kettle is in the right cupboard", changed_by="bob")
+    client.post(f"{API}/documents/{note['id']}/tags", json={"tags": ["kitchen"]})  # a version step, no text change
+    current = _patch(client, note["id"], title="Kettle")
+
+    listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert [v["version"] for v in listed] == [current["version"], 3, 1]
+    assert [v["current"] for v in listed] == [True, False, False]
+    assert [v["changed_by"] for v in listed] == [None, "bob", "alice"]
+    assert listed[1]["tags"] == ["collection:memory", "kitchen"] and listed[2]["tags"] == ["collection:memory"]
+    assert "content" not in listed[1]
+
+    first = client.get(f"{API}/documents/{note['id']}?version=1").json
+    assert first["content"] == "the kettle is in the left cupboard" and first["version"] == 1
+    assert first["chunks"] == [] and first["current"] is False
+    now = client.get(f"{API}/documents/{note['id']}?version={current['version']}").json
+    assert now["content"] == "the kettle is in the right cupboard" and now["title"] == "Kettle" and now["current"]
+    missing = client.get(f"{API}/documents/{note['id']}?version=2")  # a tag step made no text version
+    assert missing.status_code == 404 and error_code(missing) == "not_found"
+    assert client.get(f"{API}/documents/{note['id']}?version=x").status_code == 422
+
+
+def test_search_finds_only_the_current_version(client: FlaskClient) -> None:
+    note = add_note(client, "the meeting room is called aardvark")
+    _patch(client, note["id"], text="the meeting room is called platypus")
+    assert client.post(f"{API}/search", json={"query": "aardvark", "mode": "fts"}).json["results"] == []
+    hits = client.post(f"{API}/search", json={"query": "platypus", "mode": "fts"}).json["results"]
+    assert [hit["document_id"] for hit in hits] == [note["id"]]
+
+
+def test_keep_versions_prunes_the_oldest(make_app: Callable[..., flask.Flask]) -> None:
+    client = make_app(keep_versions=2).test_client()
+    note = add_note(client, "version one")
+    for n in ("two", "three", "four"):
+        _patch(client, note["id"], text=f"version {n}")
+    listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert [v["version"] for v in listed] == [4, 3, 2]
+    assert client.get(f"{API}/documents/{note['id']}?version=1").status_code == 404
+    assert client.get(f"{API}/documents/{note['id']}?version=2").json["content"] == "version two"
+
+
+def test_deleting_a_document_deletes_its_history(client: FlaskClient, app: flask.Flask) -> None:
+    from .test_engine_documents import _count
+
+    note = add_note(client, "short lived")
+    _patch(client, note["id"], text="short lived, edited")
+    assert _count(app, "SELECT COUNT(*) FROM document_versions WHERE document_id = ?", (note["id"],)) == 1
+    assert client.delete(f"{API}/documents/{note['id']}").status_code == 204
+    assert client.get(f"{API}/documents/{note['id']}/versions").status_code == 404
+    assert _count(app, "SELECT COUNT(*) FROM document_versions WHERE document_id = ?", (note["id"],)) == 0
+
+
+def test_restored_versions_keep_their_numbers_below_the_current_one(client: FlaskClient) -> None:
+    note = add_note(client, "imported text, now")
+    versions = [{"version": 2, "title": "Old", "text": "imported text, before", "tags": ["collection:memory"],
+                 "updated_at": "2026-01-02T00:00:00Z", "changed_by": "carol"},
+                {"version": 1, "title": "Older", "text": "imported text, first", "tags": [],
+                 "updated_at": "2026-01-01T00:00:00Z"}]
+    answer = client.put(f"{API}/documents/{note['id']}/versions", json={"versions": versions}).json
+    assert [v["version"] for v in answer["versions"]] == [3, 2, 1]
+    assert client.get(f"{API}/documents/{note['id']}?version=2").json["changed_by"] == "carol"
+    bad = client.put(f"{API}/documents/{note['id']}/versions", json={"versions": [{"version": 1, "text": "x"}]})
+    assert bad.status_code == 422 and "versions[0].title" in bad.json["error"]["message"]
+
+
+def _post(client: FlaskClient, text: str, scope: str = "collection:memory") -> flask.Response:
+    return client.post(f"{API}/jobs", json={"text": text, "tags": [scope], "unique_in": scope})
+
+
+def test_a_note_unique_in_a_scope_is_not_added_twice(client: FlaskClient) -> None:
+    first = _post(client, "Café  opens\tat 9")
+    assert first.status_code == 202
+    document_id = wait_job(client, first.json["id"])["document_id"]
+    # The same text after NFC, trimming and collapsing whitespace: the earlier note's job, no new one.
+    again = _post(client, "  Cafe\u0301 opens at 9\n")
+    assert again.status_code == 200 and again.json["duplicate_of"] == document_id
+    assert again.json["id"] == first.json["id"]
+    assert _post(client, "Café opens at 9", scope="collection:other").status_code == 202  # another scope
+    assert _post(client, "Café opens at 10").status_code == 202  # another text
+    missing = client.post(f"{API}/jobs", json={"text": "x", "tags": [], "unique_in": "collection:memory"})
+    assert missing.status_code == 422 and "unique_in" in missing.json["error"]["message"]
+
+
+def test_a_changed_or_moved_note_is_found_by_its_new_text_and_scope(client: FlaskClient) -> None:
+    note_id = wait_job(client, _post(client, "blue").json["id"])["document_id"]
+    _patch(client, note_id, text="green")
+    assert _post(client, "blue").status_code == 202  # the old text is free again
+    assert _post(client, "green").json["duplicate_of"] == note_id
+    client.patch(f"{API}/documents/{note_id}/tags", json={"add": ["collection:b"], "remove": ["collection:memory"]})
+    assert _post(client, "green", scope="collection:b").json["duplicate_of"] == note_id
+    assert _post(client, "green").status_code == 202
+    client.delete(f"{API}/documents/{note_id}")
+    assert _post(client, "green", scope="collection:b").status_code == 202
+
+
+def test_identical_notes_queued_at_once_make_one_job(app: flask.Flask) -> None:
+    answers: list[flask.Response] = []
+    start = threading.Barrier(8)
+
+    def add() -> None:
+        client = app.test_client()
+        start.wait()
+        answers.append(_post(client, "the same note, sent eight times at once"))
+
+    threads = [threading.Thread(target=add) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answer.status_code for answer in answers) == [200] * 7 + [202]
+    assert len({answer.json["id"] for answer in answers}) == 1
