@@ -86,6 +86,16 @@ FULL_DOCUMENT = obj(
     },
     required=[],
 )
+# kb_get's document: a note's kept versions, newest (the current one) first (engine 3.9).
+VERSIONED_DOCUMENT = obj(
+    {
+        **FULL_DOCUMENT["properties"],
+        "changed_by": OPT_STR,
+        "versions": {"type": "array", "items": obj({"version": INT, "updated_at": OPT_STR, "changed_by": OPT_STR},
+                                                   required=[])},
+    },
+    required=[],
+)
 CHUNK = obj(
     {
         "chunk_id": INT,
@@ -168,6 +178,7 @@ def document(raw: Any, *, full: bool = False) -> dict[str, Any]:
         "updated_at": _opt(raw, "updated_at", str) or _opt(raw, "created_at", str),
     }
     if full:
+        shaped["changed_by"] = _opt(raw, "changed_by", str)
         shaped["content"] = _opt(raw, "content", str)
         listed_chunks = raw.get("chunks")
         chunks: list[Any] = listed_chunks if isinstance(listed_chunks, list) else []
@@ -177,6 +188,14 @@ def document(raw: Any, *, full: bool = False) -> dict[str, Any]:
             if isinstance(c, Mapping)
         ]
     return shaped
+
+
+def versions(raw: Any) -> list[dict[str, Any]]:
+    """The versions of an engine's GET /documents/{id}/versions answer: number, time, author."""
+    if not isinstance(raw, Mapping):
+        raise EngineBadResponse()
+    return [{"version": _required_int(v, "version"), "updated_at": _opt(v, "updated_at", str),
+             "changed_by": _opt(v, "changed_by", str)} for v in listed(raw, "versions") if isinstance(v, Mapping)]
 
 
 def chunk(raw: Any) -> dict[str, Any]:

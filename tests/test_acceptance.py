@@ -70,11 +70,14 @@ async def test_search_with_mode_override_passes_fts_only(client: Client, engine:
 
 async def test_addnote_default_collection_is_documents_and_returns_job_id(client: Client, engine: responses.RequestsMock) -> None:
     engine.post(f"{API}/jobs", status=202, json=job(id=11))
+    engine.post(f"{API}/search", json={"query": "q", "mode": "vector", "results": []})
     result = await client.call_tool("kb_addnote", {"text": "User prefers concise responses"})
     sent = engine.calls[0]
-    assert body(sent) == {"text": "User prefers concise responses", "tags": ["collection:documents"]}
+    assert body(sent) == {"text": "User prefers concise responses", "tags": ["collection:documents"],
+                          "changed_by": "local", "unique_in": "collection:documents"}
     assert sent.request.headers["Idempotency-Key"]
-    assert result.structured_content == {"job_id": 11, "status": "queued", "document_id": None, "collection": "documents", "tags": []}
+    assert result.structured_content == {"job_id": 11, "status": "queued", "document_id": None, "collection": "documents",
+                                         "tags": [], "duplicate_of": None, "similar": []}
 
 
 async def test_addnote_to_specific_collection_with_tags(client: Client, engine: responses.RequestsMock) -> None:
@@ -100,7 +103,7 @@ async def test_update_existing_note_patches_and_returns_document(client: Client,
     engine.patch(f"{API}/notes/42", json=updated)
     text = "Updated preference: user prefers bullet points"
     result = await client.call_tool("kb_update_note", {"document_id": 42, "text": text})
-    assert body(engine.calls[0]) == {"text": text}
+    assert body(engine.calls[0]) == {"text": text, "changed_by": "local"}
     assert result.structured_content["id"] == 42 and result.structured_content["version"] == 2
     assert result.structured_content["collection"] == "memory" and result.structured_content["tags"] == ["prefs"]
 
@@ -127,10 +130,26 @@ async def test_update_non_note_document_says_only_notes(client: Client, engine: 
 
 async def test_get_by_id_returns_details_with_chunks(client: Client, engine: responses.RequestsMock) -> None:
     engine.get(f"{API}/documents/42", json=document(42, content="full text", chunks=[{"id": 901, "index": 0, "text": "full text"}]))
+    engine.get(f"{API}/documents/42/versions", json={"id": 42, "versions": [
+        {"version": 2, "updated_at": "2026-01-02T00:00:00Z", "changed_by": "bob", "current": True},
+        {"version": 1, "updated_at": "2026-01-01T00:00:00Z", "changed_by": None, "current": False}]})
     result = await client.call_tool("kb_get", {"document_id": 42})
     doc = result.structured_content["documents"][0]
     assert doc["content"] == "full text"
     assert doc["chunks"] == [{"id": 901, "index": 0, "text": "full text"}]
+    assert doc["versions"] == [{"version": 2, "updated_at": "2026-01-02T00:00:00Z", "changed_by": "bob"},
+                               {"version": 1, "updated_at": "2026-01-01T00:00:00Z", "changed_by": None}]
+
+
+async def test_get_a_version_reads_it_and_an_older_engine_has_no_versions(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/42", json=document(42, version=3, content="now", chunks=[]))
+    engine.get(f"{API}/documents/42?version=1", json=document(42, version=1, content="then", chunks=[]))
+    engine.get(f"{API}/documents/42/versions", status=404, json={"detail": "Not Found"})
+    result = await client.call_tool("kb_get", {"document_id": 42, "version": 1})
+    doc = result.structured_content["documents"][0]
+    assert doc["content"] == "then" and doc["version"] == 1 and doc["versions"] == []
+    refused = await client.call_tool("kb_get", {"source_path": "a.md", "version": 1})
+    assert refused.structured_content["error"]["field"] == "version"
 
 
 async def test_get_by_source_path_filters_documents(client: Client, engine: responses.RequestsMock) -> None:
@@ -143,6 +162,7 @@ async def test_get_by_source_path_filters_documents(client: Client, engine: resp
 
 async def test_get_results_strip_collection_tags(client: Client, engine: responses.RequestsMock) -> None:
     engine.get(f"{API}/documents/42", json=document(42, tags=["collection:memory", "feedback"], content="", chunks=[]))
+    engine.get(f"{API}/documents/42/versions", json={"id": 42, "versions": []})
     result = await client.call_tool("kb_get", {"document_id": 42})
     doc = result.structured_content["documents"][0]
     assert doc["collection"] == "memory" and doc["tags"] == ["feedback"]

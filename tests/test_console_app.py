@@ -29,6 +29,7 @@ def test_a_tool_outside_the_apps_tool_set_is_not_offered_by_its_console(
     bridge: Bridge, engine: responses.RequestsMock,
 ) -> None:
     engine.get(f"{API}/documents/42", json=document(42, title="Plover"))
+    engine.get(f"{API}/documents/42/versions", json={"id": 42, "versions": []})
     offered = signed_in(create_web_app(bridge).test_client())
     assert "Delete a document" in offered.get("/ui/documents/42/delete").get_data(as_text=True)
 

@@ -194,7 +194,7 @@ async def test_update_text_and_move_together(client: Client, engine: responses.R
     engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:memory"], "version": 3})
     result = await client.call_tool("kb_update_note", {"document_id": 42, "text": "new", "collection": "memory"})
     assert not result.is_error
-    assert body(engine.calls[0]) == {"text": "new"}
+    assert body(engine.calls[0]) == {"text": "new", "changed_by": "local"}
     assert calls_to(engine, "PATCH", "/documents/42/tags")[0].request.headers["If-Match"] == '"2"'
 
 
@@ -238,6 +238,7 @@ async def test_a_move_without_the_tags_patch_removes_first_and_puts_the_old_coll
 async def test_integer_valued_floats_are_integers(client: Client, engine: responses.RequestsMock) -> None:
     engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": []})
     engine.get(f"{API}/documents/12", json=document(12, content="x", chunks=[]))
+    engine.get(f"{API}/documents/12/versions", json={"id": 12, "versions": []})
     engine.delete(f"{API}/documents/12", status=204)
     engine.get(f"{API}/jobs", json={"jobs": [], "total": 0})
     assert not (await client.call_tool("kb_search", {"query": "q", "top": 1.0})).is_error

@@ -208,6 +208,24 @@ class EngineClient:
         path = f"{API}/documents/{segment(document_id)}"
         return self._json(Call("GET", path, "GET /documents/{id}", f"document {document_id}", safe=True))
 
+    def list_versions(self, document_id: int) -> dict[str, Any]:
+        """A document's kept versions, newest first (engine 3.9)."""
+        path = f"{API}/documents/{segment(document_id)}/versions"
+        return self._json(Call("GET", path, "GET /documents/{id}/versions", f"document {document_id}", safe=True))
+
+    def get_version(self, document_id: int, version: int) -> dict[str, Any]:
+        """A document as it was at `version`, with its text (engine 3.9)."""
+        path = f"{API}/documents/{segment(document_id)}"
+        return self._json(Call("GET", path, "GET /documents/{id}?version", f"document {document_id}", safe=True,
+                               params={"version": version}))
+
+    def restore_versions(self, document_id: int, versions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Replace a note's earlier versions (import; engine 3.9). A PUT: repeating it changes nothing more."""
+        path = f"{API}/documents/{segment(document_id)}/versions"
+        call = Call("PUT", path, "PUT /documents/{id}/versions", f"document {document_id}", safe=True, write=True,
+                    json={"versions": [dict(v) for v in versions]})
+        return self._json(call)
+
     def delete_document(self, document_id: int) -> None:
         # DELETE is idempotent by definition: a repeat finds nothing and says 404.
         call = Call(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kb_bridge import shapes
-from kb_bridge.errors import InvalidArgument, NotFound
+from kb_bridge.errors import EngineUnsupported, InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
@@ -15,9 +15,11 @@ from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 class GetArguments:
     document_id: int | None = a.field(a.DOCUMENT_ID, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
+    version: int | None = a.field({"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, default=None,
+                                  description="with document_id: that earlier version's text")
 
 
-GET_OUTPUT = shapes.result({"documents": {"type": "array", "items": shapes.FULL_DOCUMENT}})
+GET_OUTPUT = shapes.result({"documents": {"type": "array", "items": shapes.VERSIONED_DOCUMENT}})
 
 # A source path should name one document; a page this size is plenty and bounds the reply.
 _SOURCE_PATH_LIMIT = 50
@@ -29,11 +31,28 @@ def get(ctx: ToolContext, args: GetArguments) -> Result:
     if (args.document_id is None) == (args.source_path is None):
         raise InvalidArgument("document_id", "give exactly one of document_id or source_path")
     if args.document_id is not None:
-        return {"documents": [shapes.document(reach.visible_document(ctx.engine, ctx.principal, args.document_id), full=True)]}
-    raw, _total, _next = reach.page_of_documents(
+        raw = reach.visible_document(ctx.engine, ctx.principal, args.document_id)
+        if args.version is not None and args.version != raw.get("version"):
+            raw = ctx.engine.get_version(args.document_id, args.version)
+        document = shapes.document(raw, full=True)
+        document["versions"] = _versions(ctx, document)
+        return {"documents": [document]}
+    if args.version is not None:
+        raise InvalidArgument("version", "give version with document_id, not source_path")
+    raw_list, _total, _next = reach.page_of_documents(
         ctx.engine, ctx.principal, [("source_path", args.source_path)], None, (), _SOURCE_PATH_LIMIT, None
     )
-    return {"documents": [shapes.document(d) for d in raw]}
+    return {"documents": [shapes.document(d) for d in raw_list]}
+
+
+def _versions(ctx: ToolContext, document: Result) -> list[dict[str, object]]:
+    """A note's kept versions, newest first; none for a file or from an engine before 3.9 (no such path)."""
+    if document["doc_type"] != "note":
+        return []
+    try:
+        return shapes.versions(ctx.engine.list_versions(document["id"]))
+    except (NotFound, EngineUnsupported):
+        return []
 
 
 def render_get(result: Result) -> str:
@@ -45,8 +64,9 @@ TOOLS = [
         name="kb_get",
         title="Get documents",
         description=(
-            "Fetch one document by document_id (with its full text and chunks) or the documents "
-            "stored under an exact source_path (metadata only). Give exactly one of the two."
+            "Fetch one document by document_id (with its full text, chunks and a note's versions; "
+            "version: an earlier text) or the documents stored under an exact source_path (metadata only). "
+            "Give exactly one of the two. To restore a version, kb_update_note with its text."
         ),
         arguments=GetArguments,
         output_schema=GET_OUTPUT,

@@ -11,6 +11,7 @@ from kb_bridge.errors import Conflict, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
 from kb_bridge.tools.moves import move, version_conflict
+from kb_bridge.tools.similar import SIMILAR, similar_notes
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 from kb_bridge.tools.waiting import wait_for_job
 
@@ -22,6 +23,7 @@ class AddNoteArguments:
     title: str | None = a.field(a.TITLE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
     wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the note is searchable; returns its document_id")
+    allow_duplicate: bool = a.field(a.BOOLEAN, default=False, description="add even if the collection has this text")
 
 
 ADDNOTE_OUTPUT = shapes.result(
@@ -31,6 +33,8 @@ ADDNOTE_OUTPUT = shapes.result(
         "document_id": shapes.OPT_INT,
         "collection": shapes.STR,
         "tags": shapes.TAGS,
+        "duplicate_of": shapes.OPT_INT,
+        "similar": SIMILAR,
     }
 )
 
@@ -51,14 +55,20 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
     collection = args.collection
     reach.require_writable(ctx.principal, collection)
     user_tags = collections.check_user_tags(args.tags)
-    body: dict[str, Any] = {"text": args.text, "tags": collections.tags_with_collection(collection, user_tags)}
+    body: dict[str, Any] = {"text": args.text, "tags": collections.tags_with_collection(collection, user_tags),
+                            "changed_by": ctx.principal.name}
+    if not args.allow_duplicate:
+        # The engine refuses, atomically, a second note with the same normalised text in the collection.
+        body["unique_in"] = collections.tag_for(collection)
     for key in ("title", "source_path"):
         value = getattr(args, key)
         if value is not None:
             body[key] = value
     # One key per tool call: the client's retries of this call can never make two notes.
-    job = shapes.job(ctx.engine.create_note_job(body, idempotency_key=str(uuid.uuid4())))
-    if args.wait:
+    raw = ctx.engine.create_note_job(body, idempotency_key=str(uuid.uuid4()))
+    job = shapes.job(raw)
+    duplicate = "duplicate_of" in raw  # only an engine's duplicate answer has it (docs/engine-api.md)
+    if args.wait or (duplicate and job["document_id"] is None):
         job = wait_for_job(ctx, job, ctx.settings.mcp.wait_seconds)
     return {
         "job_id": job["id"],
@@ -66,6 +76,8 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
         "document_id": job["document_id"],
         "collection": collection,
         "tags": user_tags,
+        "duplicate_of": job["document_id"] if duplicate else None,
+        "similar": [] if duplicate else similar_notes(ctx, args.text, collection, job["document_id"]),
     }
 
 
@@ -81,7 +93,7 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
     # A limited token reads the note first (elsewhere: NOT_FOUND, as if missing); a move alone reuses that read.
     seen = reach.visible_document(ctx.engine, ctx.principal, document_id) if ctx.principal.limited else None
     if changes:
-        document = _patch(ctx, document_id, changes, expected)
+        document = _patch(ctx, document_id, {**changes, "changed_by": ctx.principal.name}, expected)
         expected = None  # the version check was done by the engine, atomically
     else:
         document = shapes.document(seen if seen is not None else ctx.engine.get_document(document_id))
@@ -110,12 +122,19 @@ def _patch(ctx: ToolContext, document_id: int, changes: dict[str, Any], expected
 def render_addnote(result: Result) -> str:
     tags = ", ".join(result["tags"]) or "-"
     where = f"in collection {result['collection']}, tags: {tags}"
+    if result["duplicate_of"] is not None:
+        return (f"Not added: document #{result['duplicate_of']} {where} already has this text. "
+                "Change it with kb_update_note, or pass allow_duplicate.")
     if result["status"] == "done":
-        return f"Note saved and indexed as document #{result['document_id']} {where}."
-    return (
-        f"Note queued as job {result['job_id']} ({result['status']}) {where}."
-        " It becomes searchable when the job is done (kb_jobs)."
-    )
+        text = f"Note saved and indexed as document #{result['document_id']} {where}."
+    else:
+        text = (f"Note queued as job {result['job_id']} ({result['status']}) {where}."
+                " It becomes searchable when the job is done (kb_jobs).")
+    if result["similar"]:
+        lines = [f"- #{s['document_id']} {render.clip(s['title'], 80)} (score {s['score']}): {s['snippet']}"
+                 for s in result["similar"]]
+        text += "\nSimilar notes (to change one instead, use kb_update_note):\n" + "\n".join(lines)
+    return text
 
 
 def render_document(result: Result) -> str:
@@ -129,7 +148,8 @@ TOOLS = [
         description=(
             "Save a text note (a fact, a preference, a summary) to the knowledge base. "
             "Use collection 'memory' for agent memory. Returns a job id; the note is searchable once indexed. "
-            "To change an existing note use kb_update_note instead of adding a duplicate."
+            "The same text twice in a collection is not added (duplicate_of); similar lists near matches. "
+            "To change a note use kb_update_note."
         ),
         arguments=AddNoteArguments,
         output_schema=ADDNOTE_OUTPUT,

@@ -29,6 +29,10 @@ def documents(docs: list[Mapping[str, Any]], empty: str = "No documents.") -> st
         return empty
     lines = [document_line(d) for d in docs]
     for doc in docs:
+        if doc.get("versions"):
+            lines.append(f"Versions of #{doc['id']} (newest first; kb_get with version reads one): " + "; ".join(
+                f"v{v['version']} {v.get('updated_at') or '?'} by {v.get('changed_by') or 'unknown'}"
+                for v in doc["versions"]))
         if doc.get("content") is not None:
             lines.append(f"\n## #{doc['id']} content\n{clip(doc['content'], 4000)}")
     return "\n".join(lines)
