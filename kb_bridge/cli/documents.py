@@ -57,11 +57,15 @@ def add_arguments(commands: Any) -> None:
     add.add_argument("--collection", default="documents", help="collection (default documents; memory for agent memory)")
     add.add_argument("--title", help="title (default: from the text)")
     add.add_argument("--tags", help="comma-separated tags")
+    add.add_argument("--allow-duplicate", action="store_true",
+                     help="add it even if the collection has a note with the same text")
     add.add_argument("--json", action="store_true", help="print the result as JSON")
 
     get = add_command(commands, "get", with_tools(_get), help="show one document: metadata and text")
     get.add_argument("document_id", metavar="ID", type=int)
-    get.add_argument("--json", action="store_true", help="print the document as JSON")
+    get.add_argument("--version", type=int, help="show this earlier version of a note")
+    get.add_argument("--history", action="store_true", help="list a note's versions (number, time, who changed it)")
+    get.add_argument("--json", action="store_true", help="print the document as JSON (with its versions)")
 
     delete = add_command(commands, "delete", with_tools(_delete), help="delete one document for good")
     delete.add_argument("document_id", metavar="ID", type=int)
@@ -107,6 +111,8 @@ def table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     arguments: dict[str, Any] = {"text": text, "collection": args.collection, "wait": True}
+    if args.allow_duplicate:
+        arguments["allow_duplicate"] = True
     if args.title:
         arguments["title"] = args.title
     if args.tags:
@@ -114,6 +120,9 @@ def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
     result = registry.call(ctx, "kb_addnote", arguments)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
+    elif result["duplicate_of"] is not None:
+        print(f"Not added: document #{result['duplicate_of']} in {result['collection']} has this text "
+              "(--allow-duplicate adds it anyway).")
     elif result["status"] == "done":
         print(f"Added document #{result['document_id']} to {result['collection']}.")
     else:
@@ -122,10 +131,19 @@ def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
 
 
 def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
-    result = registry.call(ctx, "kb_get", {"document_id": args.document_id})
+    arguments: dict[str, Any] = {"document_id": args.document_id}
+    if args.version is not None:
+        arguments["version"] = args.version
+    result = registry.call(ctx, "kb_get", arguments)
     document = result["documents"][0]
     if args.json:
         print(json.dumps(document, ensure_ascii=False))
+        return OK
+    if args.history:
+        rows = [(str(v["version"]) + (" (current)" if i == 0 else ""), v["updated_at"] or "?",
+                 v["changed_by"] or "unknown") for i, v in enumerate(document["versions"])]
+        print(table(("version", "updated", "changed by"), rows) if rows else "No versions (not a note, or an "
+              "engine before 3.9).")
         return OK
     tags = ", ".join(document["tags"]) or "-"
     print(f"# {document['title'] or document['source_path'] or 'Document ' + str(document['id'])}\n")

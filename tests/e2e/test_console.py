@@ -162,6 +162,28 @@ def test_edit_a_note_then_a_conflict_keeps_the_typed_text(browser: Any, console:
     shot(console, page, "conflict")
 
 
+def test_a_notes_history_is_shown_and_a_version_restored(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Godwits fly nonstop across the Pacific {SUFFIX}.", f"Godwit {SUFFIX}")
+    for text in (f"Godwits fly 11,000 km nonstop {SUFFIX}.", f"Bar-tailed godwits migrate far {SUFFIX}."):
+        reply: Any = modern_call(console.bridge.url, ADMIN, "kb_update_note", {"document_id": document_id, "text": text})
+        assert not reply["result"].get("isError"), reply
+    page = signed_in(browser, console)
+    page.goto(f"{console.ui}/documents/{document_id}")
+    history = page.locator(".history li")
+    playwright_api.expect(history).to_have_count(3)
+    playwright_api.expect(history.first).to_contain_text("Version 3 (current)")
+    shot(console, page, "history")
+    page.get_by_role("link", name="Version 1").click()
+    playwright_api.expect(page.get_by_role("heading", level=1)).to_contain_text("Version 1")
+    playwright_api.expect(page.locator(".content")).to_have_text(f"Godwits fly nonstop across the Pacific {SUFFIX}.")
+    page.get_by_role("button", name="Restore this version").click()
+    playwright_api.expect(page.get_by_role("status")).to_contain_text("version 4")
+    stored = console.document(document_id)
+    assert stored is not None and stored["version"] == 4
+    assert stored["content"] == f"Godwits fly nonstop across the Pacific {SUFFIX}."
+    playwright_api.expect(page.locator(".history li")).to_have_count(4)
+
+
 def test_delete_asks_first(browser: Any, console: Console) -> None:
     document_id = console.add_note(f"Snipe drum in display flights {SUFFIX}.", f"Snipe {SUFFIX}")
     page = signed_in(browser, console)

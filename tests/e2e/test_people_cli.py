@@ -113,6 +113,32 @@ def test_list_collections_tags_and_jobs(engine: Service) -> None:
     assert kb(engine, "list", "--collection", "Not A Name").returncode == 2
 
 
+def test_get_history_lists_versions_and_shows_one_and_add_refuses_a_duplicate(engine: Service) -> None:
+    text = f"Herons stand still in shallow water {SUFFIX}."
+    added = kb(engine, "add", text, "--collection", COLLECTION, "--json")
+    document_id = json.loads(added.stdout)["document_id"]
+    for n, who in ((2, "alice"), (3, "bob")):
+        patched = requests.patch(f"{engine.url}/api/v1/notes/{document_id}", headers={"X-API-Key": ENGINE_KEY},
+                                 json={"text": f"{text} Edit {n}.", "changed_by": who}, timeout=30)
+        assert patched.status_code == 200, patched.text
+
+    history = kb(engine, "get", str(document_id), "--history")
+    assert history.returncode == 0, history.stderr
+    header, _rule, *rows = history.stdout.splitlines()
+    assert header.split() == ["version", "updated", "changed", "by"]
+    assert [row.split()[0] for row in rows] == ["3", "2", "1"] and "(current)" in rows[0]
+    assert rows[0].split()[-1] == "bob" and rows[1].split()[-1] == "alice" and rows[2].split()[-1] == "local"
+    first = kb(engine, "get", str(document_id), "--version", "1")
+    assert first.returncode == 0 and "version 1" in first.stdout and first.stdout.rstrip().endswith(text)
+    versions = json.loads(kb(engine, "get", str(document_id), "--json").stdout)["versions"]
+    assert [v["version"] for v in versions] == [3, 2, 1]
+
+    again = kb(engine, "add", f"{text} Edit 3.", "--collection", COLLECTION)
+    assert again.returncode == 0 and f"Not added: document #{document_id}" in again.stdout
+    forced = kb(engine, "add", f"{text} Edit 3.", "--collection", COLLECTION, "--allow-duplicate", "--json")
+    assert json.loads(forced.stdout)["document_id"] != document_id
+
+
 SCORE_TOLERANCE = 0.02
 
 
