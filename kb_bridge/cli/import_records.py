@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_bridge import collections
+from kb_bridge.cli.history import check_history
 from kb_bridge.errors import InvalidArgument
 
 KEY_PREFIX = "kb-import-"
@@ -48,6 +49,7 @@ class Record:
     key: str  # the Idempotency-Key of its job
     created_at: str | None = None  # the document's times, kept by an engine 3.8 or newer
     updated_at: str | None = None
+    history: tuple[dict[str, Any], ...] = ()  # a note's earlier versions (export --history)
 
     @property
     def is_note(self) -> bool:
@@ -147,7 +149,8 @@ def check_record(raw: Any, line: int = 0) -> Record:
                   source_path=raw.get("source_path") or None, text=text if data is None else None,
                   filename=raw.get("filename") if data is not None else None, data=data, sha256=sha256,
                   key=record_key(raw, sha256), created_at=raw.get("created_at") or None,
-                  updated_at=raw.get("updated_at") or None)
+                  updated_at=raw.get("updated_at") or None,
+                  history=check_history(raw.get("history")) if data is None else ())
 
 
 def record_key(raw: dict[str, Any], sha256: str) -> str:

@@ -5,8 +5,9 @@ A record holds what it takes to make the document again: `id`, `collection`, `ti
 collection tag), `version`, `source_path`, `doc_type`, `created_at`, `updated_at`, `sha256`, `text` (a note's
 text; for a file the text the engine extracted, for reading) and, for a file, `filename`, `content_type` and
 `original_base64` (its bytes as uploaded; null for a file stored before engine 3.6 kept originals, which
-import brings back as a note of its text). The export is written to a temporary file and renamed at the end,
-so an interrupted export never leaves a half file under the name.
+import brings back as a note of its text); with `--history`, a note's `history`, its earlier versions
+(cli/history.py), which import gives back to the new document once it is stored. The export is written to a
+temporary file and renamed at the end, so an interrupted export never leaves a half file under the name.
 
 Import reads the file one line at a time (memory does not grow with the file), queues each record as a
 note or an upload, and waits for the jobs. A line that is not JSON or a record that is not valid is reported
@@ -16,10 +17,10 @@ with the same title and content (import_records.stored_identity); each stored do
 record, so distinct documents that share a text, a title or even a source_path all come back. Every job
 carries an Idempotency-Key derived from its record (import_records.py), so a rerun of the same file, after
 Ctrl-C or a failure, gets an earlier run's job back instead of a second document, whatever state that job
-is in. Ids and versions are the new engine's own (a document starts again at version 1); titles, tags,
-collections, source paths, contents and original bytes are kept, and on an engine 3.8 or newer the
-documents' `created_at` and `updated_at` too (docs/engine-api.md; an older engine gives the copies new
-times, and import says so).
+is in. Ids and versions are the new engine's own (a document starts again at version 1, or just above the
+earlier versions of its history); titles, tags, collections, source paths, contents and original bytes are
+kept, and on an engine 3.8 or newer the documents' `created_at` and `updated_at` too (docs/engine-api.md; an
+older engine gives the copies new times, and import says so).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 from kb_bridge import collections, shapes
 from kb_bridge.cli.configured import with_settings
+from kb_bridge.cli import history
 from kb_bridge.cli.exits import FAILED, OK, add_command, hint
 from kb_bridge.cli.import_records import Record, read_records, stored_identity
 from kb_bridge.cli.progress import Progress
@@ -59,6 +61,8 @@ def add_arguments(commands: Any) -> None:
                                      "Read back with `kb-bridge import`.")
     export.add_argument("file", metavar="FILE.jsonl", type=Path)
     export.add_argument("--collection", help="only this collection")
+    export.add_argument("--history", action="store_true",
+                        help="with each note's earlier versions (import brings them back)")
     importing = add_command(commands, "import", with_settings(run_import),
                             help="add the documents of a JSONL export to the knowledge base (idempotent)",
                             description="Queue every record of an export as a note or an upload and wait until "
@@ -92,6 +96,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         written = 0
         with hint(f"nothing was written to {target}"), open(temporary, "w", encoding="utf-8") as out:
             for record in _records(client, tag):
+                if args.history and record["doc_type"] == "note":
+                    record["history"] = history.earlier_versions(client, record["id"])
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 written += 1
         os.replace(temporary, target)
@@ -200,16 +206,19 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
         keeps_times = _keeps_times(client)
         stored = _stored_documents(client)
         pending: dict[int, int] = {}  # job id -> line
+        histories: dict[int, tuple[dict[str, Any], ...]] = {}  # job id -> its note's earlier versions
         with hint("what was sent stays queued in the engine: run the same command again to finish (it adds no "
                   "record twice)"), Progress() as progress:
             progress.phase("import", size, "B")
             for record in read_records(args.file, report.fail, progress.advance):
-                _send(client, record, stored, pending, report, keeps_times)
+                job_id = _send(client, record, stored, pending, report, keeps_times)
+                if job_id is not None and record.history:
+                    histories[job_id] = record.history
                 del record  # its bytes go before the next line is read
             progress.close()
             progress.say(f"kb-bridge import: {len(pending)} record(s) in the engine's queue; waiting until they "
                          "are indexed")
-            _wait(client, pending, report, progress)
+            _wait(client, pending, report, progress, histories)
     finally:
         client.close()
     summary = report.as_dict()
@@ -255,23 +264,25 @@ def _stored_documents(client: EngineClient) -> Counter[tuple[str | None, ...]]:
 
 
 def _send(client: EngineClient, record: Record, stored: Counter[tuple[str | None, ...]], pending: dict[int, int],
-          report: ImportReport, keeps_times: bool) -> None:
-    """Queue one record, unless a stored document of its identity is not yet accounted for by another."""
+          report: ImportReport, keeps_times: bool) -> int | None:
+    """Queue one record, unless a stored document of its identity is not yet accounted for by another; the
+    job queued (None when nothing was)."""
     if stored[record.identity] > 0:
         stored[record.identity] -= 1
         report.skipped += 1
-        return
+        return None
     try:
         job_id = _submit(client, record, keeps_times)
     except (EngineUnavailable, EngineAuthFailed):
         raise  # nothing else will get through either
     except KbError as exc:
         report.fail(record.line, f"{exc.code}: {exc.message}")
-        return
+        return None
     if job_id is None or job_id in pending:  # stored by an earlier run, or a line repeated word for word
         report.skipped += 1
-    else:
-        pending[job_id] = record.line
+        return None
+    pending[job_id] = record.line
+    return job_id
 
 
 def _submit(client: EngineClient, record: Record, keeps_times: bool) -> int | None:
@@ -317,8 +328,10 @@ def _deleted(client: EngineClient, document_id: int | None) -> bool:
     return False
 
 
-def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport, progress: Progress) -> None:
-    """Wait for every queued job: each done one is added, each failed one reported with its line."""
+def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport, progress: Progress,
+          histories: dict[int, tuple[dict[str, Any], ...]]) -> None:
+    """Wait for every queued job: each done one is added (with its note's history), each failed one
+    reported with its line."""
     deadline = time.monotonic() + WAIT_SECONDS
     delay = 0.05
     with progress.phase("indexing", len(pending), "job"):
@@ -327,6 +340,11 @@ def _wait(client: EngineClient, pending: dict[int, int], report: ImportReport, p
                 job = shapes.job(client.get_job(job_id))
                 if job["status"] == "done":
                     report.added += 1
+                    if job_id in histories and job["document_id"] is not None:
+                        try:
+                            history.restore(client, job["document_id"], histories.pop(job_id))
+                        except KbError as exc:
+                            report.fail(pending[job_id], f"its history: {exc.code}: {exc.message}")
                 elif job["status"] == "failed":
                     report.fail(pending[job_id], f"job {job_id} failed: {job['error']}")
                 else:

@@ -462,3 +462,32 @@ def test_import_streams_memory_does_not_grow_with_the_file(text_only_engine: Ser
     print(f"import peak RSS: 1 x 8 MiB {peak_one / MiB:.0f} MiB, 50 x 8 MiB {peak_fifty / MiB:.0f} MiB")
     assert peak_fifty <= peak_one + 64 * MiB, (peak_one / MiB, peak_fifty / MiB)
     assert len(documents_in(text_only_engine, collection)) == 51
+
+
+def test_export_with_history_and_import_bring_a_notes_versions_back(tmp_path: Path) -> None:
+    engines = [start_engine(tmp_path, tmp_path / name, env={"KB_API_KEY": ENGINE_KEY, "KB_ENGINE_EMBEDDER": "none"})
+               for name in ("history-source", "history-target")]
+    try:
+        source, target = engines
+        added = kb(source, "add", "Plovers run then stop.", "--collection", "waders", "--json")
+        document_id = json.loads(added.stdout)["document_id"]
+        for text, who in (("Plovers run, stop, and peck.", "alice"), ("Plovers run, stop, peck, repeat.", "bob")):
+            assert requests.patch(f"{source.url}/api/v1/notes/{document_id}", headers=HEADERS, timeout=30,
+                                  json={"text": text, "changed_by": who}).status_code == 200
+        exported = tmp_path / "history.jsonl"
+        assert kb(source, "export", str(exported), "--history").returncode == 0
+        record = json.loads(exported.read_text())
+        assert [v["text"] for v in record["history"]] == ["Plovers run then stop.", "Plovers run, stop, and peck."]
+        without = tmp_path / "plain.jsonl"
+        assert kb(source, "export", str(without)).returncode == 0 and "history" not in json.loads(without.read_text())
+
+        imported = kb(target, "import", str(exported), "--json")
+        assert imported.returncode == 0 and json.loads(imported.stdout)["added"] == 1, imported.stdout
+        new_id = documents_in(target, "waders")[0]["id"]
+        versions = engine_get(target, f"/documents/{new_id}/versions")["versions"]
+        assert [(v["version"], v["changed_by"]) for v in versions] == [(3, None), (2, "alice"), (1, "local")]
+        assert engine_get(target, f"/documents/{new_id}", version=1)["content"] == "Plovers run then stop."
+        assert engine_get(target, f"/documents/{new_id}")["content"] == "Plovers run, stop, peck, repeat."
+    finally:
+        for engine in engines:
+            engine.stop()
