@@ -45,6 +45,20 @@ def test_every_text_or_title_change_keeps_the_version_it_replaces(client: FlaskC
     assert client.get(f"{API}/documents/{note['id']}?version=x").status_code == 422
 
 
+def test_a_notes_title_moved_in_place_keeps_the_version_it_replaces(client: FlaskClient) -> None:
+    note = add_note(client, "the spare key is under the blue pot", changed_by="alice")
+    moved = client.patch(f"{API}/documents/{note['id']}", json={"source_path": "keys.md"}).json
+    assert moved["changed_by"] == "alice"  # a source_path alone is no new text or title: nothing kept
+    assert [v["version"] for v in client.get(f"{API}/documents/{note['id']}/versions").json["versions"]] == [2]
+    retitled = client.patch(f"{API}/documents/{note['id']}", json={"title": "Spare key"}).json
+    assert retitled["title"] == "Spare key" and retitled["changed_by"] is None  # a move names no one
+    listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert [(v["version"], v["title"], v["changed_by"]) for v in listed] == [
+        (3, "Spare key", None), (2, note["title"], "alice")]
+    kept = client.get(f"{API}/documents/{note['id']}?version=2").json
+    assert kept["content"] == "the spare key is under the blue pot" and kept["title"] == note["title"]
+
+
 def test_search_finds_only_the_current_version(client: FlaskClient) -> None:
     note = add_note(client, "the meeting room is called aardvark")
     _patch(client, note["id"], text="the meeting room is called platypus")

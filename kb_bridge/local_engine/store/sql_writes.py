@@ -70,6 +70,10 @@ class SqlWrites:
         with self._changing() as conn:
             row = self.sql_documents.require_document(conn, doc_id)
             check_version(row["version"], doc_id, if_match)
+            if row["doc_type"] == "note" and title is not None and title != row["title"]:
+                # A note's new title is a change like PATCH /notes' (3.9): the version it replaces is kept.
+                self.sql_history.archive(conn, doc_id)
+                self.sql_history.prune(conn, doc_id, self.keep_versions)
             self.sql_documents.move_document(conn, doc_id, source_path, title, now)
         return self.get_document(doc_id)
 

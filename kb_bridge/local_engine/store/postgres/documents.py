@@ -208,7 +208,9 @@ def move_document(conn: Any, doc_id: int, source_path: str | None, title: str | 
     if source_path is not None:
         conn.execute("UPDATE documents SET source_path = %s WHERE id = %s", (source_path, doc_id))
     if title is not None:
-        conn.execute("UPDATE documents SET title = %s WHERE id = %s", (title, doc_id))
+        # Whoever made the text did not make this title; a move names no one (changed_by: unknown).
+        conn.execute("UPDATE documents SET title = %s, changed_by = CASE WHEN title = %s THEN changed_by END "
+                     "WHERE id = %s", (title, title, doc_id))
         conn.execute("UPDATE chunks SET title = %s WHERE document_id = %s AND title <> %s", (title, doc_id, title))
     conn.execute("UPDATE documents SET version = version + 1, updated_at = %s WHERE id = %s", (now, doc_id))
 

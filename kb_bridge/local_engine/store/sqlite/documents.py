@@ -238,7 +238,9 @@ def move_document(conn: sqlite3.Connection, doc_id: int, source_path: str | None
     if source_path is not None:
         conn.execute("UPDATE documents SET source_path = ? WHERE id = ?", (source_path, doc_id))
     if title is not None:
-        conn.execute("UPDATE documents SET title = ? WHERE id = ?", (title, doc_id))
+        # Whoever made the text did not make this title; a move names no one (changed_by: unknown).
+        conn.execute("UPDATE documents SET title = ?, changed_by = CASE WHEN title = ? THEN changed_by END "
+                     "WHERE id = ?", (title, title, doc_id))
         conn.execute("UPDATE chunks SET title = ? WHERE document_id = ? AND title <> ?", (title, doc_id, title))
     _bump_version(conn, doc_id, now)
 
