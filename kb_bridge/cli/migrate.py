@@ -1,5 +1,6 @@
 """`kb-bridge migrate --from-sqlite DIR --to postgresql://...`: copy a local engine's SQLite store into
-PostgreSQL, with the same document ids, versions, tags, chunks and vectors (nothing is re-embedded).
+PostgreSQL, with the same document ids, versions, tags, chunks and vectors (nothing is re-embedded), and
+each note's history (its earlier versions, changed_by, its duplicate keys; engine 3.9).
 
 Resumable and idempotent: documents are copied in batches, each in one transaction, and a document whose
 id is already in the target is skipped, so running the command again after an interruption (or twice)
@@ -38,8 +39,8 @@ def add_arguments(commands: Any) -> None:
     parser = add_command(
         commands, "migrate", run_migrate,
         help="copy a local engine's SQLite store into PostgreSQL (ids, versions, vectors kept)",
-        description="Copy documents, chunks, vectors (no re-embedding), tags and versions from a local engine's "
-                    "SQLite data directory into a PostgreSQL database for KB_ENGINE_DATABASE_URL. Resumable and "
+        description="Copy documents, chunks, vectors (no re-embedding), tags, versions and notes' histories from a "
+                    "local engine's SQLite data directory into a PostgreSQL database for KB_ENGINE_DATABASE_URL. Resumable and "
                     "idempotent: a rerun copies only what is missing. Counts are compared at the end.",
         epilog="Exit status: 0 copied and the counts match; 1 a document was skipped (named on stderr), counts "
                "differ or the database failed; 2 usage error (a bad --to URL, a --from-sqlite that is not a sound "
@@ -78,6 +79,6 @@ def _print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
     print(f"copied {report['copied']} document(s) to {report['target']}"
           + (f"; skipped {len(skipped)} (named above): {', '.join(str(s['id']) for s in skipped)}" if skipped else ""))
     expected, found = report["expected"], report["found"]
-    for key in ("documents", "chunks", "vectors", "tags"):
+    for key in ("documents", "chunks", "vectors", "tags", "versions"):
         mark = "ok" if found[key] >= expected[key] else "MISSING"
         print(f"  {key:<9} sqlite {expected[key]:>9}  postgresql {found[key]:>9}  {mark}")

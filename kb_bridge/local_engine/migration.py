@@ -1,5 +1,6 @@
 """The engine's part of `kb-bridge migrate` (cli/migrate.py): copy a SQLite store into PostgreSQL with the
-same document ids, versions, tags, chunks and vectors (nothing is re-embedded).
+same document ids, versions, tags, chunks and vectors (nothing is re-embedded), and each note's history: its
+kept earlier versions, who changed it (changed_by) and its duplicate keys (note_keys; engine 3.9).
 
 Two steps. `plan` checks everything before PostgreSQL is touched: the driver, the URL, and the source, which
 is not trusted (store/sqlite/export.py) and is checked whole; a ConfigError says what is wrong with which

@@ -80,6 +80,39 @@ def test_a_sqlite_store_round_trips_into_postgresql(make_app: Callable[..., flas
     assert new["id"] > max(before)  # ids continue after the copied ones
 
 
+def test_a_notes_history_changed_by_and_duplicate_key_come_along(make_app: Callable[..., flask.Flask],
+                                                                  tmp_path: Path,
+                                                                  postgres_server: PostgresServer) -> None:
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None)
+    client = source.test_client()
+    first = "Avocets sweep their upturned bills through the water"
+    note = add_note(client, first, tags=["collection:memory"], unique_in="collection:memory", changed_by="alice")
+    for text, who in (("Avocets sweep their bills side to side", "bob"), ("Avocets sweep for shrimp", "carol")):
+        assert client.patch(f"{API}/notes/{note['id']}", json={"text": text, "changed_by": who}).status_code == 200
+    plain = add_note(client, "a note of a store without history")  # no versions, no key
+    versions_before = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    engine_of(source).close()
+
+    url = postgres_server.new_database()
+    code, report, err = migrate(data, url)
+    assert code == 0, err
+    assert report["expected"]["versions"] == report["found"]["versions"] == 2  # type: ignore[index]
+
+    pg = make_app(data_dir=tmp_path / "replica", database_url=url).test_client()
+    assert pg.get(f"{API}/documents/{note['id']}/versions").json["versions"] == versions_before
+    assert [(v["version"], v["changed_by"]) for v in versions_before] == [(3, "carol"), (2, "bob"), (1, "alice")]
+    assert pg.get(f"{API}/documents/{note['id']}?version=1").json["content"] == first
+    assert pg.get(f"{API}/documents/{note['id']}").json["changed_by"] == "carol"
+    assert pg.get(f"{API}/documents/{plain['id']}/versions").json["versions"][0]["changed_by"] is None
+    # The key moved with the note's text: its current text is a duplicate in the collection, its first is not.
+    again = pg.post(f"{API}/jobs", json={"text": "Avocets  sweep for shrimp ", "tags": ["collection:memory"],
+                                         "unique_in": "collection:memory"})
+    assert again.status_code == 200 and again.json["duplicate_of"] == note["id"], again.json
+    assert pg.post(f"{API}/jobs", json={"text": first, "tags": ["collection:memory"],
+                                        "unique_in": "collection:memory"}).status_code == 202
+
+
 def test_migrate_refuses_a_directory_without_a_store(tmp_path: Path) -> None:
     code, _, err = migrate(tmp_path, "postgresql://kb@127.0.0.1/kb")
     assert code == 2 and "--from-sqlite" in err

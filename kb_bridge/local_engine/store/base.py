@@ -169,6 +169,18 @@ class StoredChunk:
 
 
 @dataclasses.dataclass(frozen=True)
+class StoredVersion:
+    """One kept earlier version of a note (3.9), as a store holds it (copying between stores)."""
+
+    version: int
+    title: str
+    text: str
+    tags: tuple[str, ...]
+    updated_at: str
+    changed_by: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class StoredDocument:
     """Everything a store holds about one document, ids and versions included (copying between stores)."""
 
@@ -186,6 +198,11 @@ class StoredDocument:
     chunks: tuple[StoredChunk, ...]
     # (file name, content type, bytes) of an uploaded file as it came, when the store kept it (3.6).
     original: tuple[str | None, str, bytes] | None = None
+    # Who made the current text or title, the earlier versions kept, and the duplicate keys (scope, text
+    # key) the note holds (3.9; none from an older store).
+    changed_by: str | None = None
+    versions: tuple[StoredVersion, ...] = ()
+    note_keys: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

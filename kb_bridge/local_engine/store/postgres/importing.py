@@ -1,10 +1,12 @@
-"""Writing whole documents into the PostgreSQL store with their ids, versions and vectors, for
-`kb-bridge migrate` (local_engine/migration.py). Idempotent: a document whose id is already there is skipped, so an
-interrupted migration is resumed by running it again.
+"""Writing whole documents into the PostgreSQL store with their ids, versions and vectors, and a note's
+history (its kept earlier versions, who changed it, its duplicate keys: engine 3.9), for `kb-bridge migrate`
+(local_engine/migration.py). Idempotent: a document whose id is already there is skipped, so an interrupted
+migration is resumed by running it again.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +40,11 @@ def refusal(document: StoredDocument) -> str | None:
         ("doc_type", document.doc_type), ("sha256", document.sha256), ("created_at", document.created_at),
         ("updated_at", document.updated_at), *(("tags", tag) for tag in document.tags),
         *(("chunk title", c.title) for c in document.chunks), *(("chunk text", c.text) for c in document.chunks),
+        ("changed_by", document.changed_by),
+        *((f"version {v.version}'s {name}", value) for v in document.versions
+          for name, value in (("title", v.title), ("text", v.text), ("author", v.changed_by),
+                              ("time", v.updated_at), *(("tag", tag) for tag in v.tags))),
+        *(("duplicate key", part) for key in document.note_keys for part in key),
     ]
     if document.original is not None:
         fields += [("file name", document.original[0]), ("content type", document.original[1])]
@@ -65,9 +72,9 @@ def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) ->
     with conn.cursor() as cursor:
         cursor.executemany(
             "INSERT INTO documents (id, title, doc_type, source_path, size_bytes, sha256, version, created_at, "
-            "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [(d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version, d.created_at, d.updated_at)
-             for d in documents])
+            "updated_at, changed_by) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [(d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d.sha256, d.version, d.created_at, d.updated_at,
+              d.changed_by) for d in documents])
         cursor.executemany("INSERT INTO document_content (document_id, text) VALUES (%s, %s)",
                            [(d.id, d.content) for d in documents])
         cursor.executemany("INSERT INTO document_tags (document_id, tag) VALUES (%s, %s)",
@@ -75,6 +82,15 @@ def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) ->
         cursor.executemany("INSERT INTO originals (document_id, filename, content_type, size, data) VALUES (%s, %s, %s, %s, %s)",
                            [(d.id, d.original[0], d.original[1], len(d.original[2]), d.original[2])
                             for d in documents if d.original is not None])
+        cursor.executemany("INSERT INTO document_versions (document_id, version, title, text, tags, updated_at, "
+                           "changed_by) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                           [(d.id, v.version, v.title, v.text, json.dumps(list(v.tags)), v.updated_at, v.changed_by)
+                            for d in documents for v in d.versions])
+        # Without the job that took it (jobs are not copied): a duplicate is answered with the document alone.
+        # A key the target already holds (a note written there since) stays with that note.
+        cursor.executemany("INSERT INTO note_keys (scope, text_key, job_id, document_id) VALUES (%s, %s, NULL, %s) "
+                           "ON CONFLICT DO NOTHING",
+                           [(scope, text_key, d.id) for d in documents for scope, text_key in d.note_keys])
         # COPY: a large store moves at tens of thousands of rows a second, where INSERTs manage a few thousand.
         with cursor.copy("COPY chunks (id, document_id, chunk_index, title, text, text_sha256) FROM STDIN") as copy:
             for d in documents:
@@ -106,7 +122,8 @@ def settle(conn: Any) -> None:
     first searches of a migrated million-chunk store several times slower (docs/benchmarks.md)."""
     conn.execute("SET statement_timeout = 0")
     try:
-        for table in ("documents", "document_content", "document_tags", "chunks", "originals"):
+        for table in ("documents", "document_content", "document_tags", "chunks", "originals", "document_versions",
+                      "note_keys"):
             conn.execute(f"VACUUM (ANALYZE) {table}")
         if conn.execute("SELECT to_regclass('embeddings')").fetchone()[0] is not None:
             conn.execute("VACUUM (ANALYZE) embeddings")
@@ -116,6 +133,7 @@ def settle(conn: Any) -> None:
 
 def totals(conn: Any, with_vectors: bool) -> dict[str, int]:
     counts = {name: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-              for name, table in (("documents", "documents"), ("chunks", "chunks"), ("tags", "document_tags"))}
+              for name, table in (("documents", "documents"), ("chunks", "chunks"), ("tags", "document_tags"),
+                                  ("versions", "document_versions"))}
     counts["vectors"] = int(conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]) if with_vectors else 0
     return counts

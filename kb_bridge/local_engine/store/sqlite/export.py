@@ -15,15 +15,16 @@ not what the engine writes (a hand-edited row) is returned as `Unreadable`, for 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import ConfigError
-from ..base import StoredChunk, StoredDocument
+from ..base import StoredChunk, StoredDocument, StoredVersion
 from .schema import LATEST_VERSION
 
-# The tables and columns a migration reads; `originals` came with schema 4 (kb engine 3.6) and may be absent.
+# The tables and columns a migration reads.
 COLUMNS = {
     "meta": ("key", "value"),
     "documents": ("id", "title", "doc_type", "source_path", "size_bytes", "sha256", "version", "created_at",
@@ -33,8 +34,12 @@ COLUMNS = {
     "chunks": ("id", "document_id", "chunk_index", "title", "text", "text_sha256"),
     "embeddings": ("chunk_id", "vector"),
     "originals": ("document_id", "filename", "content_type", "data"),
+    "document_versions": ("document_id", "version", "title", "text", "tags", "updated_at", "changed_by"),
+    "note_keys": ("scope", "text_key", "document_id"),
 }
-OPTIONAL = frozenset({"originals"})
+# Tables an older store may lack: `originals` (schema 4), a note's history and its duplicate keys (schema 7,
+# kb engine 3.9, which also added documents.changed_by, read when it is there).
+OPTIONAL = frozenset({"originals", "document_versions", "note_keys"})
 # pgvector's halfvec holds at most this many dimensions.
 MAX_DIMENSIONS = 16_000
 
@@ -104,9 +109,12 @@ def embedding(conn: sqlite3.Connection) -> tuple[str, int] | None:
 
 
 def totals(conn: sqlite3.Connection) -> dict[str, int]:
-    return {name: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-            for name, table in (("documents", "documents"), ("chunks", "chunks"), ("vectors", "embeddings"),
-                                ("tags", "document_tags"))}
+    counts = {name: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+              for name, table in (("documents", "documents"), ("chunks", "chunks"), ("vectors", "embeddings"),
+                                  ("tags", "document_tags"))}
+    counts["versions"] = (int(conn.execute("SELECT COUNT(*) FROM document_versions").fetchone()[0])
+                          if _has_table(conn, "document_versions") else 0)
+    return counts
 
 
 def documents_after(conn: sqlite3.Connection, after_id: object, limit: int) -> list[StoredDocument | Unreadable]:
@@ -143,12 +151,43 @@ def _document(conn: sqlite3.Connection, row: sqlite3.Row) -> StoredDocument:
     return StoredDocument(id=row["id"], title=row["title"], doc_type=row["doc_type"], source_path=row["source_path"],
                           size_bytes=row["size_bytes"], sha256=row["sha256"], version=row["version"],
                           created_at=row["created_at"], updated_at=row["updated_at"] or row["created_at"],
-                          content=row["content"] or "", tags=tags, chunks=chunks, original=_original(conn, row["id"]))
+                          content=row["content"] or "", tags=tags, chunks=chunks, original=_original(conn, row["id"]),
+                          changed_by=row["changed_by"] if "changed_by" in row.keys() else None,
+                          versions=_versions(conn, row["id"]), note_keys=_note_keys(conn, row["id"]))
+
+
+def _versions(conn: sqlite3.Connection, document_id: int) -> tuple[StoredVersion, ...]:
+    """The note's kept earlier versions, oldest first (schema 7, engine 3.9); tags a JSON array."""
+    if not _has_table(conn, "document_versions"):
+        return ()
+    rows = conn.execute("SELECT version, title, text, tags, updated_at, changed_by FROM document_versions "
+                        "WHERE document_id = ? ORDER BY version", (document_id,))
+    return tuple(StoredVersion(r["version"], r["title"], r["text"], _tag_list(r["tags"]), r["updated_at"],
+                               r["changed_by"]) for r in rows)
+
+
+def _tag_list(text: str) -> tuple[str, ...]:
+    tags = json.loads(text)
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise ValueError("a version's tags are not a list of strings")
+    return tuple(tags)
+
+
+def _note_keys(conn: sqlite3.Connection, document_id: int) -> tuple[tuple[str, str], ...]:
+    """The duplicate keys the note holds (schema 7); a key held by a job that has no document yet stays."""
+    if not _has_table(conn, "note_keys"):
+        return ()
+    return tuple((r[0], r[1]) for r in conn.execute(
+        "SELECT scope, text_key FROM note_keys WHERE document_id = ? ORDER BY scope, text_key", (document_id,)))
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
 def _original(conn: sqlite3.Connection, document_id: int) -> tuple[str | None, str, bytes] | None:
     """The uploaded file's bytes, on a store that keeps them (schema 4, engine 3.6)."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'originals'").fetchone() is None:
+    if not _has_table(conn, "originals"):
         return None
     row = conn.execute("SELECT filename, content_type, data FROM originals WHERE document_id = ?", (document_id,)).fetchone()
     return (row[0], row[1], bytes(row[2])) if row is not None else None
