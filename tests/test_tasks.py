@@ -63,7 +63,8 @@ async def test_a_note_task_follows_its_job_to_an_inline_result(modern: Client, e
     done = await task_request(modern.session, "tasks/get", created.task_id)
     assert done["status"] == "completed" and done["resultType"] == "complete"
     assert done["result"]["structuredContent"] == {"job_id": 8, "status": "done", "document_id": 55,
-                                                   "collection": "memory", "tags": ["prefs"]}
+                                                   "collection": "memory", "tags": ["prefs"],
+                                                   "duplicate_of": None, "similar": []}
     assert "indexed as document #55" in done["result"]["content"][0]["text"]
     assert len(calls_to(engine, "POST", "/jobs")) == 1  # `wait` was dropped: the task is the wait
 
