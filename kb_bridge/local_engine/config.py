@@ -79,6 +79,10 @@ class EngineConfig:
     candidates: int = 100
     fts_weight: float = 1.0
     vector_weight: float = 1.0
+    # Context from adjacent notes of a collection (search/context.py): the share of its best neighbour's
+    # score a note adds to its own in hybrid search (convex fusion); 0 turns it off (docs/benchmarks.md,
+    # "Memory retrieval").
+    neighbour_weight: float = 0.25
     # How many times a document's title is indexed with each chunk: a title word then counts about that
     # many times a body word; 2 scored best on SciFact (docs/benchmarks.md, "What was tried, and what was
     # chosen": BM25 title weight).
@@ -189,6 +193,7 @@ def _read(env: Env) -> dict[str, Any]:
         "candidates": env.integer("KB_ENGINE_CANDIDATES", d.candidates, 1, 10_000),
         "fts_weight": env.number("KB_ENGINE_FTS_WEIGHT", d.fts_weight, low=0.0),
         "vector_weight": env.number("KB_ENGINE_VECTOR_WEIGHT", d.vector_weight, low=0.0),
+        "neighbour_weight": env.number("KB_ENGINE_NEIGHBOUR_WEIGHT", d.neighbour_weight, low=0.0),
         "bm25_title_weight": env.integer("KB_ENGINE_BM25_TITLE_WEIGHT", d.bm25_title_weight, 0, 8),
         "exact_search_below": env.integer("KB_ENGINE_EXACT_SEARCH_BELOW", d.exact_search_below, 0, 1 << 40),
         "keep_versions": env.integer("KB_ENGINE_KEEP_VERSIONS", d.keep_versions, 0, 100_000),

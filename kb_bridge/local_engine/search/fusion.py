@@ -51,6 +51,11 @@ class Fusion:
         cosines.update(cosines_of([chunk_id for chunk_id, _ in lexical if chunk_id not in cosines]))
         return convex(lexical, ceiling, cosines, self.fts_weight, self.vector_weight)
 
+    def vector_only(self, cosines: Mapping[int, float]) -> dict[int, float]:
+        """The convex score of chunks that no lexical candidate holds: their cosine's share alone."""
+        total = self.fts_weight + self.vector_weight
+        return {chunk_id: self.vector_weight / total * cosine for chunk_id, cosine in cosines.items()} if total > 0 else {}
+
 
 def convex(
     lexical: Ranking, ceiling: float, cosines: Mapping[int, float], fts_weight: float, vector_weight: float

@@ -17,6 +17,7 @@ from ..config import EngineConfig
 from ..embedding.embedder import EmbedderSlot
 from ..errors import Conflict, NotFound, NotReady
 from ..store.base import JSON, DocumentFilter, Ranking, Store
+from .context import with_neighbours
 from .fusion import Fusion
 
 if TYPE_CHECKING:
@@ -80,7 +81,14 @@ class Searcher:
         semantic = self._store.search_vectors(vector, depth, request.where)
         if mode == "vector":
             return semantic
-        return self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids))
+        fused = self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids))
+        if config.neighbour_weight <= 0 or config.fusion != "convex":  # rank scores have no score for a non-candidate
+            return fused
+        return with_neighbours(
+            fused, request.top_n, config.neighbour_weight,
+            lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where),
+            lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids)),
+        )
 
     def related(self, chunk_id: int, top_n: int, same_document: bool) -> JSON:
         """Chunks most similar to a stored chunk, by vector; other documents only unless same_document."""

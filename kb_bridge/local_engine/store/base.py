@@ -372,3 +372,7 @@ class Store(Protocol):
         """The cosine of `vector` with each of these chunks; chunks without a vector are left out."""
 
     def vector_of(self, chunk_id: int) -> np.ndarray | None: ...
+
+    def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
+        """For each of these chunks of a note in a collection: the chunks of the notes of that collection
+        submitted just before and after it that match `where` (store/adjacent.py)."""

@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..errors import NotFound
+from . import adjacent
 from .base import JSON, DocumentFilter, Ranking
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ SQL_ONLY_FILTERS = ("source_path", "created_after", "created_before", "updated_a
 
 
 class SqlReads:
+    kind: str
     db: Transactions
     indexes: DerivedIndexes
     sql_documents: ModuleType
@@ -118,3 +120,8 @@ class SqlReads:
     def text_score_ceiling(self, query: str) -> float:
         text = self.indexes.text
         return text.score_ceiling(query) if text is not None else 0.0
+
+    def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
+        mark = "%s" if self.kind == "postgresql" else "?"
+        with self.db.snapshot() as conn:
+            return adjacent.adjacent_notes(conn, chunk_ids, self.sql_documents.where_sql(where), mark)

@@ -171,6 +171,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX note_keys_document ON note_keys (document_id)",
         "CREATE INDEX note_keys_job ON note_keys (job_id)",
     )),
+    Migration(6, "the job that created each document found by document (adjacent notes in search, "
+                 "store/adjacent.py)", (
+        "CREATE INDEX jobs_document ON jobs (document_id)",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -201,6 +201,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX note_keys_job ON note_keys(job_id)",
         ),
     ),
+    Migration(
+        8,
+        "the job that created each document found by document (adjacent notes in search, store/adjacent.py)",
+        ("CREATE INDEX jobs_document ON jobs(document_id)",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

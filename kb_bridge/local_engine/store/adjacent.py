@@ -1,0 +1,67 @@
+"""Adjacent notes: for a chunk of a note kept in a collection, the chunks of the notes of the same collection
+submitted just before and just after it (search/context.py ranks with them). One statement for both SQL
+stores: they differ only in the parameter mark (`?` or `%s`) and in their own `where_sql` for the filter.
+
+Order is the order of submission, the job id that created each note (`jobs.type = 'note'`), not the
+document id: the ingestion worker stores the documents of a batch in the order it finishes them, which is
+not the order an agent wrote them. A neighbour is looked for among the SPAN submissions on either side and
+must match the search's filter, so that context never brings in a note the search excludes. Documents that
+no note job created (files, notes copied in by `kb-bridge migrate`) have no neighbours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# How many submissions before and after a note are searched for its neighbour: bounds the work of one
+# lookup when other collections' notes were submitted in between.
+SPAN = 64
+# Tags that name a collection (the bridge's collection:<name> convention, kb_bridge/collections.py) sort
+# between these two strings.
+_COLLECTION_FROM, _COLLECTION_TO = "collection:", "collection;"
+
+
+def _neighbour_sql(mark: str, where: str, before: bool) -> str:
+    """The id of the nearest note submitted before (or after) job `a` that shares a collection with a's note."""
+    within, order = (f"j.id < a.id AND j.id >= a.id - {SPAN}", "DESC") if before else (
+        f"j.id > a.id AND j.id <= a.id + {SPAN}", "ASC")
+    return f"""(SELECT j.document_id FROM jobs j JOIN documents d ON d.id = j.document_id
+        WHERE j.type = 'note' AND {within} AND {where}
+          AND EXISTS (SELECT 1 FROM document_tags x JOIN document_tags y ON y.tag = x.tag
+                      WHERE x.document_id = a.document_id AND y.document_id = j.document_id
+                        AND x.tag >= {mark} AND x.tag < {mark})
+        ORDER BY j.id {order} LIMIT 1)"""
+
+
+def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[object]], mark: str) -> dict[int, list[int]]:
+    """For each of these chunks that belongs to a note in a collection: the chunk ids of its neighbours.
+
+    `where` is the backend's `where_sql(filter, "d")`; `mark` its parameter mark.
+    """
+    if not chunk_ids:
+        return {}
+    clause, params = where
+    marks = ", ".join([mark] * len(chunk_ids))
+    anchors = {int(doc): int(chunk) for chunk, doc in conn.execute(
+        f"SELECT id, document_id FROM chunks WHERE id IN ({marks})", list(chunk_ids)).fetchall()}
+    if not anchors:
+        return {}
+    doc_marks = ", ".join([mark] * len(anchors))
+    collection = [_COLLECTION_FROM, _COLLECTION_TO]
+    rows = conn.execute(
+        f"SELECT a.document_id, {_neighbour_sql(mark, clause, True)}, {_neighbour_sql(mark, clause, False)} "
+        f"FROM jobs a WHERE a.type = 'note' AND a.document_id IN ({doc_marks})",
+        [*params, *collection, *params, *collection, *anchors],
+    ).fetchall()
+    beside = {int(doc): [int(n) for n in (before, after) if n is not None] for doc, before, after in rows}
+    wanted = sorted({n for ns in beside.values() for n in ns})
+    if not wanted:
+        return {}
+    chunks_of: dict[int, list[int]] = {}
+    for chunk, doc in conn.execute(
+        f"SELECT id, document_id FROM chunks WHERE document_id IN ({', '.join([mark] * len(wanted))}) ORDER BY id",
+        wanted,
+    ).fetchall():
+        chunks_of.setdefault(int(doc), []).append(int(chunk))
+    return {anchors[doc]: [c for n in ns for c in chunks_of.get(n, [])] for doc, ns in beside.items() if ns}

@@ -1,0 +1,90 @@
+"""Context from adjacent notes (search/context.py) and the store's lookup of them (store/adjacent.py).
+
+The store test runs on both stores: a collection's notes in the order they were submitted, a note of
+another collection and one outside any collection submitted in between. The search test runs the real
+model on a short conversation whose answer shares no word with the question: only the note before it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flask
+import pytest
+from flask.testing import FlaskClient
+
+from kb_bridge.local_engine.app import engine_of
+from kb_bridge.local_engine.search.context import with_neighbours
+from kb_bridge.local_engine.store.base import DocumentFilter
+
+from .helpers import API, add_note
+
+
+def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
+    asked: list[set[int]] = []
+
+    def scores_of(chunk_ids: object) -> dict[int, float]:
+        asked.append(set(chunk_ids))  # type: ignore[call-overload]
+        return {10: 0.3}
+
+    ranked = [(1, 0.8), (2, 0.5), (3, 0.45), (4, 0.1)]
+    fused = with_neighbours(ranked, 2, 0.25, lambda chunk_ids: {1: [10], 3: [2, 4]}, scores_of)
+    assert asked == [{10}]  # only the neighbour that was no candidate
+    scores = dict(fused)
+    assert scores[1] == pytest.approx(0.8 + 0.25 * 0.3)
+    assert scores[10] == pytest.approx(0.3 + 0.25 * 0.8)  # brought in by its neighbour
+    assert scores[3] == pytest.approx(0.45 + 0.25 * 0.5)  # its best neighbour counts, not the sum
+    assert scores[2] == pytest.approx(0.5 + 0.25 * 0.45)
+    assert [chunk_id for chunk_id, _ in fused] == [1, 2, 3, 10, 4]  # 10, no candidate, passes candidate 4
+
+
+def test_without_weight_or_neighbours_the_ranking_is_unchanged() -> None:
+    ranked = [(1, 0.8), (2, 0.5)]
+    assert with_neighbours(ranked, 10, 0.0, lambda ids: {1: [2]}, lambda ids: {}) == ranked
+    assert with_neighbours(ranked, 10, 0.25, lambda ids: {}, lambda ids: {}) == ranked
+
+
+@pytest.mark.both_stores
+def test_neighbours_are_the_notes_submitted_beside_it_in_its_collection(
+    app: flask.Flask, client: FlaskClient
+) -> None:
+    def note(text: str, *tags: str) -> int:
+        """The note's one chunk."""
+        return int(add_note(client, text, tags=list(tags))["chunks"][0]["id"])
+
+    first = note("first note of the diary", "collection:diary", "day:1")
+    note("a note of another collection", "collection:work")
+    note("a note in no collection")
+    second = note("second note of the diary", "collection:diary")
+    third = note("third note of the diary", "collection:diary", "day:1")
+    store = engine_of(app).store
+    adjacent = store.adjacent_notes([first, second, third], DocumentFilter())
+    assert adjacent == {first: [second], second: [first, third], third: [second]}
+    # The search's filter applies to neighbours: with day:1 the second note is not there to be one.
+    assert store.adjacent_notes([first, third], DocumentFilter(tags=("day:1",))) == {first: [third], third: [first]}
+    assert store.adjacent_notes([], DocumentFilter()) == {}
+
+
+CONVERSATION = (
+    "Mel: The kids play football in the park every Sunday.",
+    "Caroline: Do you play any musical instruments, Mel?",
+    "Mel: Yes, the clarinet, ever since I was a child.",
+    "Mel: We saw a play at the theatre with the kids.",
+    "Mel: Music at the festival was too loud for me.",
+)
+
+
+@pytest.mark.parametrize("weight", [0.25, 0.0])
+def test_the_answer_after_a_question_is_found_through_its_neighbour(
+    make_app: Callable[..., flask.Flask], model: object, weight: float
+) -> None:
+    client = make_app(model=model, neighbour_weight=weight).test_client()
+    ids = [add_note(client, text, tags=["collection:memory"])["id"] for text in CONVERSATION]
+    response = client.post(f"{API}/search", json={"query": "which musical instruments does Mel play?",
+                                                  "mode": "hybrid", "top_n": 5})
+    ranked = [hit["document_id"] for hit in response.json["results"]]
+    answer_rank = ranked.index(ids[2])
+    if weight:
+        assert answer_rank <= 1, ranked
+    else:
+        assert answer_rank > 1, ranked  # the corpus makes the answer hard to find without its neighbour
