@@ -83,6 +83,11 @@ class EngineConfig:
     # score a note adds to its own in hybrid search (convex fusion); 0 turns it off (docs/benchmarks.md,
     # "Memory retrieval").
     neighbour_weight: float = 0.25
+    # Diversity among hybrid results (search/diversity.py): how much a candidate's highest cosine to a result
+    # already picked lowers its fused score when picking the next; 0 (the default) keeps the fused order.
+    # 0.1 found more of the answers spread over several notes of a memory, at a small cost on documents
+    # (docs/benchmarks.md, "Memory retrieval").
+    diversity: float = 0.0
     # How many times a document's title is indexed with each chunk: a title word then counts about that
     # many times a body word; 2 scored best on SciFact (docs/benchmarks.md, "What was tried, and what was
     # chosen": BM25 title weight).
@@ -194,6 +199,7 @@ def _read(env: Env) -> dict[str, Any]:
         "fts_weight": env.number("KB_ENGINE_FTS_WEIGHT", d.fts_weight, low=0.0),
         "vector_weight": env.number("KB_ENGINE_VECTOR_WEIGHT", d.vector_weight, low=0.0),
         "neighbour_weight": env.number("KB_ENGINE_NEIGHBOUR_WEIGHT", d.neighbour_weight, low=0.0),
+        "diversity": env.number("KB_ENGINE_DIVERSITY", d.diversity, low=0.0),
         "bm25_title_weight": env.integer("KB_ENGINE_BM25_TITLE_WEIGHT", d.bm25_title_weight, 0, 8),
         "exact_search_below": env.integer("KB_ENGINE_EXACT_SEARCH_BELOW", d.exact_search_below, 0, 1 << 40),
         "keep_versions": env.integer("KB_ENGINE_KEEP_VERSIONS", d.keep_versions, 0, 100_000),

@@ -1,4 +1,5 @@
-"""Context from adjacent notes (search/context.py) and the store's lookup of them (store/adjacent.py).
+"""Context from adjacent notes (search/context.py), the store's lookup of them (store/adjacent.py), and diversity
+among results (search/diversity.py).
 
 The store test runs on both stores: a collection's notes in the order they were submitted, a note of
 another collection and one outside any collection submitted in between. The search test runs the real
@@ -7,14 +8,16 @@ model on a short conversation whose answer shares no word with the question: onl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import flask
+import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.search.context import with_neighbours
+from kb_bridge.local_engine.search.diversity import diversify
 from kb_bridge.local_engine.store.base import DocumentFilter
 
 from .helpers import API, add_note
@@ -88,3 +91,19 @@ def test_the_answer_after_a_question_is_found_through_its_neighbour(
         assert answer_rank <= 1, ranked
     else:
         assert answer_rank > 1, ranked  # the corpus makes the answer hard to find without its neighbour
+
+
+def test_diversity_lets_a_different_result_pass_a_near_copy() -> None:
+    unit = np.eye(3, dtype=np.float32)
+    near_copy = np.array([0.99, 0.141, 0.0], dtype=np.float32)
+    vectors = {1: unit[0], 2: near_copy / np.linalg.norm(near_copy), 3: unit[2]}
+
+    def vectors_of(chunk_ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
+        found = [chunk_id for chunk_id in chunk_ids if chunk_id in vectors]
+        return found, np.stack([vectors[chunk_id] for chunk_id in found])
+
+    ranked = [(1, 0.80), (2, 0.78), (3, 0.72), (4, 0.60)]  # 4 has no vector
+    assert [c for c, _ in diversify(ranked, 3, 0.1, vectors_of)] == [1, 3, 2, 4]
+    assert diversify(ranked, 3, 0.1, vectors_of)[1] == (3, 0.72)  # scores stay the fused ones
+    assert diversify(ranked, 3, 0.0, vectors_of) == ranked
+    assert [c for c, _ in diversify(ranked, 3, 0.01, vectors_of)] == [1, 2, 3, 4]  # a small penalty: fused order

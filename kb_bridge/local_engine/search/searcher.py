@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from ..embedding.embedder import EmbedderSlot
 from ..errors import Conflict, NotFound, NotReady
 from ..store.base import JSON, DocumentFilter, Ranking, Store
 from .context import with_neighbours
+from .diversity import diversify
 from .fusion import Fusion
 
 if TYPE_CHECKING:
@@ -82,13 +84,21 @@ class Searcher:
         if mode == "vector":
             return semantic
         fused = self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids))
-        if config.neighbour_weight <= 0 or config.fusion != "convex":  # rank scores have no score for a non-candidate
-            return fused
-        return with_neighbours(
-            fused, request.top_n, config.neighbour_weight,
-            lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where),
-            lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids)),
-        )
+        if config.neighbour_weight > 0 and config.fusion == "convex":  # rank scores have none for a non-candidate
+            fused = with_neighbours(
+                fused, request.top_n, config.neighbour_weight,
+                lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where),
+                lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids)),
+            )
+        if config.diversity > 0:
+            fused = diversify(fused, request.top_n, config.diversity, self._vectors_of)
+        return fused
+
+    def _vectors_of(self, chunk_ids: Sequence[int]) -> tuple[list[int], np.ndarray]:
+        import numpy as np
+
+        found = {chunk_id: v for chunk_id in chunk_ids if (v := self._store.vector_of(chunk_id)) is not None}
+        return list(found), np.stack(list(found.values())) if found else np.zeros((0, 0), dtype=np.float32)
 
     def related(self, chunk_id: int, top_n: int, same_document: bool) -> JSON:
         """Chunks most similar to a stored chunk, by vector; other documents only unless same_document."""
