@@ -51,9 +51,12 @@ def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[o
     collection = [_COLLECTION_FROM, _COLLECTION_TO]
     rows = conn.execute(
         f"SELECT a.document_id, {_neighbour_sql(mark, clause, True)}, {_neighbour_sql(mark, clause, False)} "
-        f"FROM jobs a WHERE a.type = 'note' AND a.document_id IN ({doc_marks})",
-        [*params, *collection, *params, *collection, *anchors],
+        f"FROM jobs a WHERE a.type = 'note' AND a.document_id IN ({doc_marks}) AND EXISTS (SELECT 1 FROM "
+        f"document_tags c WHERE c.document_id = a.document_id AND c.tag >= {mark} AND c.tag < {mark})",
+        [*params, *collection, *params, *collection, *anchors, *collection],
     ).fetchall()
+    # Only notes in a collection look for neighbours: the others (a corpus without collections) cost one
+    # lookup each in the primary key of document_tags.
     beside = {int(doc): [int(n) for n in (before, after) if n is not None] for doc, before, after in rows}
     wanted = sorted({n for ns in beside.values() for n in ns})
     if not wanted:
