@@ -1,2 +1,3 @@
-"""Ranking: the three search modes and related chunks over any Store (searcher.py), and how hybrid search
-fuses its two signals (fusion.py)."""
+"""Ranking: the three search modes and related chunks over any Store (searcher.py), how hybrid search
+fuses its two signals (fusion.py), takes context from adjacent notes (context.py) and, on request, spreads
+its results (diversity.py)."""

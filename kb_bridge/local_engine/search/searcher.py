@@ -1,7 +1,8 @@
 """Search: BM25 (fts), cosine similarity (vector), and their fusion (hybrid), over any Store.
 
 Hybrid takes the best `candidates` of each signal, filtered the same way, and fuses them as fusion.py says
-(a weighted sum of cosine and BM25 on an absolute scale by default; reciprocal rank fusion on request).
+(a weighted sum of cosine and BM25 on an absolute scale by default; reciprocal rank fusion on request), then
+adds context from adjacent notes of a collection (context.py) and, on request, diversity (diversity.py).
 The BM25 query and the BM25 ceiling run in the request thread while the query is embedded on the query
 thread. The method, depth and weights come from the config, tuned on SciFact (docs/benchmarks.md).
 """
