@@ -20,7 +20,7 @@ from kb_bridge.local_engine.search.context import with_neighbours
 from kb_bridge.local_engine.search.diversity import diversify
 from kb_bridge.local_engine.store.base import DocumentFilter
 
-from .helpers import API, add_note
+from kb_bridge.testing.engine_app import API, add_note
 
 
 def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
