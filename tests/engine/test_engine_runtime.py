@@ -172,8 +172,8 @@ def test_a_real_engine_reports_its_runtime_precision_and_device(tmp_path: Path) 
         status = engine.request("GET", "/api/v1/status")[1]
         assert status["embedder"]["state"] == "ready", engine.log()
         assert status["model"]["runtime"] == expected_runtime and status["device"] == expected_device
-        assert status["model"]["precision"] == {"documents": "float32", "queries": "float32"} or \
-            expected_runtime == "torch"
+        # int8 where the calibration at load keeps it (embedding/onnx_precision.py), else float32
+        assert set(status["model"]["precision"].values()) <= {"float32", "int8"} or expected_runtime == "torch"
         if expected_runtime == "onnx" and Path("/proc").is_dir():
             maps = "".join(Path(f"/proc/{pid}/maps").read_text() for pid in _processes(engine.process.pid))
             assert "onnxruntime" in maps and "libtorch" not in maps

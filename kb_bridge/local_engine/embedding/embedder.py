@@ -257,10 +257,15 @@ def start_embedder(
     if named is None and not probe_later:
         named = select_runtime(runtime, device, installed)
     if named is not None and named[0] == "onnx":
-        from .onnx_embedder import onnx_precision
+        from .onnx_precision import onnx_precision
 
         onnx_precision(document_precision, "KB_ENGINE_DOCUMENT_PRECISION")
         onnx_precision(query_precision, "KB_ENGINE_QUERY_PRECISION")
+    elif named is not None:
+        from .precision import torch_precision
+
+        torch_precision(document_precision, "KB_ENGINE_DOCUMENT_PRECISION")
+        torch_precision(query_precision, "KB_ENGINE_QUERY_PRECISION")
 
     def load() -> Embedder:
         chosen_runtime, chosen_device = named or select_runtime(runtime, device, installed)

@@ -19,7 +19,10 @@ copies made while building go back to the system once the sessions exist. Every 
 happens here, at load, so that a broken graph fails the load (status says why) and the first search pays
 no allocation.
 
-Precision is float32 for now; `onnx_precision` is where a calibrated choice (int8, float16) will go.
+Precision (onnx_precision.py): float32, or int8 weights (onnx_int8.py) where a calibration at load finds
+them as good and faster. The calibration runs on the query session, opened in both formats; the one not
+chosen is closed again. Documents and queries may differ (KB_ENGINE_DOCUMENT_PRECISION and
+KB_ENGINE_QUERY_PRECISION); each format's sessions share that format's weights.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
 from .document_pool import DocumentPool, plan_workers, usable_cores
 from .onnx_graph import ATTENTION_MASK, INPUT_IDS, OUTPUT, build_model, read_shape
+from .onnx_precision import Agreement, calibrate, choose, onnx_precision
 from .tokens import load_tokenizer, max_seq_length, padded, token_ids
 
 if TYPE_CHECKING:
@@ -46,7 +49,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ONNX_PRECISIONS = ("auto", "float32")
 # Weights at least this big are given to every session as one shared array; the small constants (shapes,
 # axes, scalars) stay in the graph, where onnxruntime's optimiser folds them.
 _SHARED_BYTES = 4096
@@ -62,14 +64,6 @@ def _return_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim): nothing to do
         pass
-
-
-def onnx_precision(choice: str, variable: str) -> str:
-    """The number format the ONNX runtime uses for `choice`; only float32 exists yet."""
-    if choice not in ONNX_PRECISIONS:
-        raise ConfigError(f"{variable}={choice} is for KB_ENGINE_RUNTIME=torch; the ONNX runtime runs "
-                          "float32 (set it to auto or float32)")
-    return "float32"
 
 
 class OnnxEmbedder:
@@ -90,25 +84,46 @@ class OnnxEmbedder:
         if max_seq_length(model_dir) > shape.max_positions:
             raise ValueError(f"max_seq_length {max_seq_length(model_dir)} is beyond the model's "
                              f"{shape.max_positions} positions")
-        self.document_precision = onnx_precision(document_precision, "KB_ENGINE_DOCUMENT_PRECISION")
-        self.query_precision = onnx_precision(query_precision, "KB_ENGINE_QUERY_PRECISION")
+        documents_choice = onnx_precision(document_precision, "KB_ENGINE_DOCUMENT_PRECISION")
+        queries_choice = onnx_precision(query_precision, "KB_ENGINE_QUERY_PRECISION")
         pad_id = int(json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("pad_token_id", 0))
         workers, threads_each = plan_workers(document_workers, "cpu", usable_cores())
-        sessions = _Sessions(model if model is not None else build_model(model_dir))
-        self._weights = sessions.weights  # the sessions read these arrays in place: they live as long as we do
+        float32 = model if model is not None else build_model(model_dir)
+        sessions = {"float32": _Sessions(float32)}
+        if {documents_choice, queries_choice} != {"float32"}:
+            from .onnx_int8 import quantised
+
+            sessions["int8"] = _Sessions(quantised(float32))
+        del float32, model
+        queries = {precision: _Copy(opened.open(query_threads, spin=True, prepack=True), load_tokenizer(model_dir),
+                                    pad_id, batch_size) for precision, opened in sessions.items()}
+        agreement = None
+        if "int8" in queries:
+            agreement = calibrate(queries["float32"].embed, queries["int8"].embed,
+                                  timed="auto" in (documents_choice, queries_choice))
+        self.document_precision = choose(documents_choice, agreement, "documents' model")
+        self.query_precision = choose(queries_choice, agreement, "query model")
+        # The lowest cosine to float32 over the calibration texts: what the store records (store_precision.py).
+        self.document_agreement = _agreement(self.document_precision, agreement)
+        self.query_agreement = _agreement(self.query_precision, agreement)
+        used = {self.document_precision, self.query_precision}
+        # The sessions read these arrays in place: they live as long as we do.
+        self._weights = [sessions[precision].weights for precision in sorted(used)]
+        # A document session prepacks its int8 weights (12 MB each): MatMulNBits without prepacking ran at
+        # 0.74 times the speed of float32, with it at 1.5 times. float32 ones do not (the reason: `open`).
+        int8_documents = self.document_precision == "int8"
         self._documents = DocumentPool(
-            [_Copy(sessions.open(threads_each, spin=False, prepack=False), load_tokenizer(model_dir), pad_id,
-                   batch_size) for _ in range(workers)],
+            [_Copy(sessions[self.document_precision].open(threads_each, spin=False, prepack=int8_documents),
+                   load_tokenizer(model_dir), pad_id, batch_size) for _ in range(workers)],
             _Copy.embed,
         )
         self.document_workers = workers
-        self._query = _Copy(sessions.open(query_threads, spin=True, prepack=True), load_tokenizer(model_dir), pad_id,
-                            batch_size)
+        self._query = queries[self.query_precision]
         self._query_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-engine-query")
-        del sessions  # the graph's bytes (90 MB)
+        del sessions, queries  # the graphs' bytes (90 MB in float32), and the query session not chosen
         _return_freed_memory()
-        logger.info("ONNX Runtime: %d document session(s) of %d thread(s), a query session of %d", workers,
-                    threads_each, query_threads)
+        logger.info("ONNX Runtime: %d document session(s) of %d thread(s) in %s, a query session of %d in %s",
+                    workers, threads_each, self.document_precision, query_threads, self.query_precision)
         self.embed_documents([_WARM_UP] * workers)
         self.embed_query(_WARM_UP)
 
@@ -125,6 +140,10 @@ class OnnxEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.submit_query(text).result()
+
+
+def _agreement(precision: str, agreement: Agreement | None) -> float:
+    return agreement.cosine if precision == "int8" and agreement is not None else 1.0
 
 
 class _Copy:

@@ -17,21 +17,32 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     import numpy as np
 
 logger = logging.getLogger(__name__)
 
-PRECISION_CHOICES = ("auto", "float32", "bfloat16", "float16")
+# int8 is the ONNX runtime's only (onnx_precision.py); torch refuses it (`torch_precision`).
+PRECISION_CHOICES = ("auto", "float32", "bfloat16", "float16", "int8")
 MIN_SPEEDUP = 1.15
 _ROUNDS = 3
+
+
+def torch_precision(choice: str, variable: str) -> str:
+    """`choice` checked against what torch runs here; ConfigError naming `variable` otherwise."""
+    if choice == "int8":
+        raise ConfigError(f"{variable}=int8 is for the ONNX runtime (KB_ENGINE_RUNTIME=onnx or auto on a CPU); "
+                          "torch runs auto, float32, bfloat16 or float16")
+    return choice
 
 
 def in_precision(model: Any, choice: str, half: str, sample: Callable[[Any], np.ndarray], min_cosine: float,
                  what: str) -> tuple[Any, str]:
     """(the model in the precision to use, its name). `model` is in float32; `half` is the 16-bit format to
     consider on this device (device.half_precision); `sample(model)` embeds the calibration texts."""
-    if choice == "float32":
+    if torch_precision(choice, what) == "float32":
         return model, "float32"
     import torch
 
