@@ -104,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["engine"]:
         # Everything after `engine` belongs to the engine's own parser (argparse cannot pass
         # options through a subcommand untouched).
-        return int(engine_cli().main(argv[1:]))
+        from kb_bridge.cli.progress import Progress
+
+        return int(engine_cli().main(argv[1:], display=Progress))
     return exits.run(_parser().parse_args(argv))
 
 

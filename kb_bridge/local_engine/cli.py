@@ -25,7 +25,7 @@ from .datadir import lock_data_dir
 from .embedding.device import DEVICE_CHOICES, select_device
 from .errors import ConfigError as ConfigError  # offered to the bridge: see above
 from .errors import EngineError, StoreUnavailable
-from .progress import Progress
+from .progress import Progress, ProgressDisplay, plain_lines
 
 if TYPE_CHECKING:
     from .migration import Migration, Skip
@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=DEVICE_CHOICES,
                         help="where the embedding model runs (default: auto = CUDA, then MPS, then CPU); "
                              "a device named here that the machine lacks stops the engine")
+    parser.add_argument("--reembed", action="store_true",
+                        help="re-embed every stored chunk with the model in this engine's number format, then "
+                             "exit instead of serving (the engine asks for it at start when stored vectors were "
+                             "made in a format too far from its own); an interrupted run continues where it stopped")
     parser.add_argument("--allow-no-auth", action="store_true",
                         help="allow a non-loopback --bind without KB_API_KEY (trusted networks only)")
     parser.add_argument("--access-log", action="store_true", help="log every request to stderr")
@@ -100,7 +104,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     return load_config(os.environ, overrides)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, display: ProgressDisplay | None = None) -> int:
+    """`display` makes the progress display `--reembed` reports to: the bridge's (cli/__init__.py passes
+    it); plain lines on stderr when the engine runs on its own (`python -m kb_bridge.local_engine`)."""
     args = build_parser().parse_args(argv)
     # numpy's BLAS must be single-threaded here, set before numpy loads (it loads later, with the model).
     # Vector search is one memory-bound matrix-vector product per query: a second BLAS thread gains little,
@@ -130,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
         return 2
+    if args.reembed:
+        return _reembed(config, display or plain_lines)
     if not config.api_key:
         logger.warning("KB_API_KEY is not set: the engine API is open to anyone who can reach %s", config.bind)
     from .server import serve  # gunicorn is only needed to serve, not for --help
@@ -164,3 +172,19 @@ def back_up(source: Path, target: Path, progress: Progress) -> dict[str, Any]:
     from . import backup
 
     return backup.back_up(source, target, progress)
+
+
+def _reembed(config: EngineConfig, display: ProgressDisplay) -> int:
+    from .reembed import reembed
+
+    try:
+        with display() as progress:
+            reembed(config, progress)
+    except EngineError as exc:
+        print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kb-bridge engine: re-embedding interrupted; run `kb-bridge engine --reembed` again to continue",
+              file=sys.stderr)
+        return 130
+    return 0

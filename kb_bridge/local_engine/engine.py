@@ -13,6 +13,7 @@ from typing import IO
 from .clock import now_iso, seconds_ago_iso
 from .config import EngineConfig
 from .datadir import lock_data_dir
+from .embedding import store_precision
 from .embedding.embedder import Embedder, EmbedderSlot, start_embedder
 from .embedding.runtime import load_onnxruntime_first
 from .ingest.chunking import EMBEDDING_INPUT, ChunkingPolicy
@@ -91,4 +92,5 @@ class Engine:
         identity = f"{embedder.name}/{embedder.dim}/{EMBEDDING_INPUT}"
         loaded = self.store.use_embeddings(identity, embedder.dim)
         logger.info("loaded %d stored vectors", loaded)
+        store_precision.record(self.store, embedder)  # says so when they are too far from this engine's
         self.worker.notify()

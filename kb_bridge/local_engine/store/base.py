@@ -345,6 +345,17 @@ class Store(Protocol):
     def chunks_without_vectors(self, limit: int) -> list[tuple[int, int, str, str]]:
         """(chunk_id, document_id, title, text) of chunks that have no vector yet, oldest first."""
 
+    def chunks_after(self, after: int, limit: int) -> list[tuple[int, int, str, str]]:
+        """(chunk_id, document_id, title, text) of up to `limit` chunks with an id above `after`, in id order."""
+
+    def count_chunks_after(self, after: int) -> int: ...
+
+    def read_meta(self, key: str) -> str | None:
+        """A value of the store's `meta` table (what the store records about itself), or None."""
+
+    def write_meta(self, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) a value of the `meta` table."""
+
     def add_vectors(self, chunk_ids: Sequence[int], vectors: np.ndarray) -> int:
         """Store vectors for chunks that still exist; returns how many were stored."""
 

@@ -107,6 +107,19 @@ class SqlReads:
         with self.db.snapshot() as conn:
             return [tuple(row) for row in self.sql_documents.chunks_without_vectors(conn, limit)]
 
+    def chunks_after(self, after: int, limit: int) -> list[tuple[int, int, str, str]]:
+        with self.db.snapshot() as conn:
+            return [tuple(row) for row in self.sql_documents.chunks_after(conn, after, limit)]
+
+    def count_chunks_after(self, after: int) -> int:
+        with self.db.snapshot() as conn:
+            return int(self.sql_documents.count_chunks_after(conn, after))
+
+    def read_meta(self, key: str) -> str | None:
+        with self.db.snapshot() as conn:
+            value = self.sql_documents.read_meta(conn, key)
+            return None if value is None else str(value)
+
     def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
         text = self.indexes.text
         if text is None:

@@ -38,6 +38,11 @@ class SqlWrites:
 
         def list_versions(self, doc_id: int) -> list[JSON]: ...
 
+    def write_meta(self, key: str, value: str | None) -> None:
+        with self._write_lock:
+            with self.db.write() as conn:
+                self.sql_documents.write_meta(conn, key, value)
+
     @contextlib.contextmanager
     def _changing(self) -> Iterator[Any]:
         """A write transaction after which the derived indexes catch up (so it returns searchable)."""

@@ -295,3 +295,26 @@ def original_pieces(conn: Any, doc_id: int, size: int) -> Iterator[bytes]:
         if row is None:
             return  # deleted meanwhile: the stream ends short
         yield bytes(row[0])
+
+
+def chunks_after(conn: Any, after: int, limit: int) -> list[tuple[int, int, str, str]]:
+    """(chunk_id, document_id, title, text) of the chunks whose id is above `after`, in id order."""
+    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in conn.execute(
+        "SELECT id, document_id, title, text FROM chunks WHERE id > %s ORDER BY id LIMIT %s", (after, limit))]
+
+
+def count_chunks_after(conn: Any, after: int) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM chunks WHERE id > %s", (after,)).fetchone()[0])
+
+
+def read_meta(conn: Any, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def write_meta(conn: Any, key: str, value: str | None) -> None:
+    if value is None:
+        conn.execute("DELETE FROM meta WHERE key = %s", (key,))
+    else:
+        conn.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                     (key, value))

@@ -366,3 +366,25 @@ def original_pieces(conn: sqlite3.Connection, doc_id: int, size: int) -> Iterato
     with conn.blobopen("originals", "data", doc_id, readonly=True) as blob:
         while piece := blob.read(_BLOB_PIECE):
             yield piece
+
+
+def chunks_after(conn: sqlite3.Connection, after: int, limit: int) -> list[tuple[int, int, str, str]]:
+    """(chunk_id, document_id, title, text) of the chunks whose id is above `after`, in id order."""
+    return conn.execute("SELECT id, document_id, title, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?",
+                        (after, limit)).fetchall()
+
+
+def count_chunks_after(conn: sqlite3.Connection, after: int) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM chunks WHERE id > ?", (after,)).fetchone()[0])
+
+
+def read_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def write_meta(conn: sqlite3.Connection, key: str, value: str | None) -> None:
+    if value is None:
+        conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+    else:
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
