@@ -101,7 +101,10 @@ def test_onnx_vectors_agree_with_torch_float32_per_text(model: Embedder, referen
         assert vectors.dtype == np.float32 and vectors.shape == (len(TEXTS), model.dim)
         assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
         cosines = np.sum(vectors * expected, axis=1)
-        assert cosines.min() >= 0.999, dict(zip(TEXTS, cosines.round(6).tolist(), strict=True))
+        # float32 is the same computation (0.99999+); int8, where the calibration chose it, is held to issue
+        # 34's bound (tests/engine/test_engine_onnx_int8.py checks it for int8 forced)
+        bound = 0.999 if model.document_precision == model.query_precision == "float32" else 0.99
+        assert cosines.min() >= bound, dict(zip(TEXTS, cosines.round(6).tolist(), strict=True))
 
 
 def test_the_graph_takes_every_dimension_from_config_json(tmp_path: Path) -> None:
