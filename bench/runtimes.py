@@ -1,18 +1,23 @@
-"""The embedding runtimes side by side: ONNX Runtime (the default on a CPU) against sentence-transformers on
-torch, as the engine runs each (embedding/onnx_embedder.py, embedding/embedder.py). Not a test.
+"""The embedding runtimes and number formats side by side: ONNX Runtime (the default on a CPU) in its calibrated
+format (int8 where it keeps the vectors) and in float32, against sentence-transformers on torch in float32
+and in its calibrated format (bfloat16 where faster), as the engine runs each (embedding/onnx_embedder.py,
+embedding/embedder.py). Not a test.
 
 Each runtime lives in a process of its own (so that its resident memory is its own, and neither imports the
 other's libraries); the parent hands out rounds in turn, so that other load on a shared machine hits every
 runtime alike. Per runtime:
 
-- **documents**: chunks/s embedding `--chunks` SciFact chunks as the engine makes them (title, blank line,
+- **documents**: chunks/s (and chunks per CPU-second of the process, the fairer figure on a machine busy
+  with other work, where wall-clock rates mostly measure each process's share of the cores) embedding `--chunks` SciFact chunks as the engine makes them (title, blank line,
   ~1,000-character chunk), through `embed_documents` in calls of 16 texts sorted by length (as the
   ingestion worker sends them), all copies of the model at work; the median of `--rounds` rounds;
 - **queries**: `embed_query` p50 and p95 over SciFact claims (one sentence each);
 - **memory**: VmRSS once loaded, and after the rounds.
 
-    python bench/runtimes.py                          # onnx, torch float32, torch auto: about 3 minutes
+    python bench/runtimes.py                          # onnx auto and float32, torch float32 and auto: 4 minutes
     python bench/runtimes.py --runtimes onnx torch-float32 --rounds 5
+
+The summary ends with each runtime's rate and query p50 as a ratio to torch float32's and torch auto's.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from common import SCIFACT, load_beir, progress, summary_ms, vm_rss_kib, write_r
 from ingestion import corpus_files, embedding_inputs
 
 RUNTIMES = {  # name: (runtime, precision)
-    "onnx": ("onnx", "auto"),
+    "onnx": ("onnx", "auto"),  # int8 where it keeps the vectors and is faster (embedding/onnx_precision.py)
+    "onnx-float32": ("onnx", "float32"),
     "torch-float32": ("torch", "float32"),
     "torch-auto": ("torch", "auto"),  # bfloat16 where this CPU runs it faster (embedding/precision.py)
 }
@@ -76,10 +82,11 @@ def child(name: str, chunks: int, queries: int) -> None:
     embedder.embed_documents(documents[:BATCH])  # warm-up, not timed
     for command in sys.stdin:
         if command.strip() == "documents":
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for start in range(0, len(documents), BATCH):
                 embedder.embed_documents(documents[start : start + BATCH])
-            reply({"chunks_per_s": round(len(documents) / (time.perf_counter() - started), 2)})
+            reply({"chunks_per_s": round(len(documents) / (time.perf_counter() - started), 2),
+                   "chunks_per_cpu_s": round(len(documents) / (time.process_time() - cpu), 2)})
         elif command.strip() == "queries":
             timings = []
             for claim in claims:
@@ -132,12 +139,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     children = [Child(name, args) for name in args.runtimes]
     rates: dict[str, list[float]] = {child.name: [] for child in children}
+    cpu_rates: dict[str, list[float]] = {child.name: [] for child in children}
     try:
         for round_ in range(args.rounds):
             for child_ in children[round_ % len(children):] + children[: round_ % len(children)]:
-                rate = child_.ask("documents")["chunks_per_s"]
-                rates[child_.name].append(rate)
-                progress(f"round {round_ + 1} {child_.name}: {rate} chunks/s")
+                answer = child_.ask("documents")
+                rates[child_.name].append(answer["chunks_per_s"])
+                cpu_rates[child_.name].append(answer["chunks_per_cpu_s"])
+                progress(f"round {round_ + 1} {child_.name}: {answer['chunks_per_s']} chunks/s, "
+                         f"{answer['chunks_per_cpu_s']} per CPU-second")
         queries = {child_.name: child_.ask("queries") for child_ in children}
     finally:
         for child_ in children:
@@ -145,14 +155,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = {
         child_.name: {**child_.loaded, "loaded_rss_mib": child_.loaded.pop("rss_mib"),
                       "chunks_per_s": rates[child_.name], "median_chunks_per_s": statistics.median(rates[child_.name]),
+                      "median_chunks_per_cpu_s": statistics.median(cpu_rates[child_.name]),
                       "query_ms": queries[child_.name]["query_ms"], "final_rss_mib": queries[child_.name]["rss_mib"]}
         for child_ in children
     }
     for name, result in results.items():
-        print(f"{name:14} {result['median_chunks_per_s']:7.1f} chunks/s (median of {args.rounds})  "
+        print(f"{name:14} {result['median_chunks_per_s']:7.1f} chunks/s (median of {args.rounds}), "
+              f"{result['median_chunks_per_cpu_s']:5.1f} per CPU-second  "
               f"query p50 {result['query_ms']['p50']:6.2f} ms p95 {result['query_ms']['p95']:6.2f} ms  "
               f"RSS {result['loaded_rss_mib']} MiB loaded, {result['final_rss_mib']} MiB after  "
               f"load {result['loaded_s']} s  {result['precision']}")
+    for base in ("torch-float32", "torch-auto"):
+        if base in results:
+            reference = results[base]
+            print(f"against {base}: " + ", ".join(
+                f"{name} x{result['median_chunks_per_s'] / reference['median_chunks_per_s']:.2f} chunks/s, "
+                f"x{result['median_chunks_per_cpu_s'] / reference['median_chunks_per_cpu_s']:.2f} per CPU-second, "
+                f"x{result['query_ms']['p50'] / reference['query_ms']['p50']:.2f} query p50"
+                for name, result in results.items()))
     path = write_result("runtimes", {"chunks": args.chunks, "rounds": args.rounds, "batch": BATCH, "results": results})
     progress(f"written to {path}")
 
