@@ -28,7 +28,7 @@ from kb_bridge.local_engine.config import EngineConfig
 from kb_bridge.local_engine.embedding import store_precision
 from kb_bridge.local_engine.reembed import PROGRESS_KEY, reembed
 
-from .helpers import add_note
+from kb_bridge.testing.engine_app import add_note
 
 DIM = 8
 NOTES = [f"note {n} about {topic}" for n, topic in enumerate(["birds", "tax", "rust", "tea", "maps", "jazz", "ice"])]
