@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.errors import EngineBadResponse
 
 # --- schema building blocks -----------------------------------------------------------------
@@ -158,7 +158,7 @@ def _tags(raw: Mapping[str, Any]) -> tuple[str | None, list[str]]:
     tags = raw.get("tags")
     if not isinstance(tags, list):
         return None, []
-    return collections.split(t for t in tags if isinstance(t, str))
+    return collection_tags.split(t for t in tags if isinstance(t, str))
 
 
 def document(raw: Any, *, full: bool = False) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kb_bridge.cli.documents import table, with_tools
 from kb_bridge.cli.exits import OK, add_command
-from kb_bridge.collections import PREFIX
+from kb_bridge.collection_tags import PREFIX
 from kb_bridge.tools import registry
 from kb_bridge.tools.spec import ToolContext
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.cli.history import check_history
 from kb_bridge.errors import InvalidArgument
 
@@ -114,7 +114,7 @@ def check_record(raw: Any, line: int = 0) -> Record:
             _utf8(value, name)
     collection = raw.get("collection")
     if collection is not None:
-        collections.check_name(collection, field="collection")
+        collection_tags.check_name(collection, field="collection")
     tags = raw.get("tags")
     if tags is None:
         tags = []
@@ -122,7 +122,7 @@ def check_record(raw: Any, line: int = 0) -> Record:
         raise InvalidArgument("tags", "must be a list of strings")
     for tag in tags:
         _utf8(tag, "tags")
-    tags = collections.check_user_tags(tags)
+    tags = collection_tags.check_user_tags(tags)
     for name in TIME_FIELDS:
         if raw.get(name):
             _timestamp(raw[name], name)

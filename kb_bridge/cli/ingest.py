@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.cli.configured import with_settings
 from kb_bridge.cli.exits import FAILED, OK, USAGE, add_command
 from kb_bridge.cli.ingest_files import Found, SkippedLink, find_files
@@ -58,8 +58,8 @@ def add_arguments(commands: Any) -> None:
                "a prefix holding another folder's documents); 130 interrupted (Ctrl-C); --watch: 0 when "
                "stopped with Ctrl-C or SIGTERM. Example: kb-bridge ingest ~/notes --prune --watch")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files and folders to load")
-    parser.add_argument("--collection", default=collections.DEFAULT, metavar="NAME",
-                        help=f"the collection to load into (default: {collections.DEFAULT})")
+    parser.add_argument("--collection", default=collection_tags.DEFAULT, metavar="NAME",
+                        help=f"the collection to load into (default: {collection_tags.DEFAULT})")
     parser.add_argument("--tags", default="", metavar="T,...", help="comma-separated tags for every file")
     parser.add_argument("--glob", metavar="PATTERN",
                         help="only files whose path below the folder, or whose name, matches (e.g. '*.md', 'guides/*')")
@@ -80,8 +80,8 @@ def add_arguments(commands: Any) -> None:
 
 def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     tags = [tag.strip() for tag in args.tags.split(",") if tag.strip()]
-    collections.check_name(args.collection, "--collection")
-    collections.check_user_tags(tags, "--tags")
+    collection_tags.check_name(args.collection, "--collection")
+    collection_tags.check_user_tags(tags, "--tags")
     args.tags = tags
     if args.watch:
         if args.dry_run:

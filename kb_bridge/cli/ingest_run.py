@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.cli.ingest_plan import Plan, Step, Stored
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.cli.progress import Progress
@@ -82,8 +82,8 @@ class Ingestion:
                  entries: dict[str, Known], on_outcome: Callable[[Outcome], None] = lambda outcome: None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._client = client
-        self._collection_tag = collections.tag_for(collection)
-        self._tags = [self._collection_tag, *collections.check_user_tags(tags, "--tags")]
+        self._collection_tag = collection_tags.tag_for(collection)
+        self._tags = [self._collection_tag, *collection_tags.check_user_tags(tags, "--tags")]
         self._progress = progress
         self._sleep = sleep
         self._on_outcome = on_outcome

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.cli import ingest_state
 from kb_bridge.cli.ingest_files import Found, Root
 from kb_bridge.cli.ingest_plan import Plan, make_plan, stored_by_engine, stored_by_state
@@ -35,7 +35,7 @@ def synchronise(client: EngineClient, args: argparse.Namespace, found: Found, pr
                 on_outcome: Callable[[Outcome], None]) -> Sync:
     """Plan against what the roots stored before (the state file when the engine still agrees with it, else the
     engine's listing), then, unless --dry-run, carry the plan out and remember the result."""
-    collection_tag = collections.tag_for(args.collection)
+    collection_tag = collection_tags.tag_for(args.collection)
     path = state_path(args, client.settings.url, found.roots)
     state = ingest_state.load(path)
     marks = {root.tag: _mark(client, collection_tag, root) for root in found.roots}

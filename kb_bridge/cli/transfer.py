@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.cli.configured import with_settings
 from kb_bridge.cli import history
 from kb_bridge.cli.exits import FAILED, OK, add_command, hint
@@ -88,7 +88,7 @@ def _client(settings: Settings) -> EngineClient:
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
-    tag = collections.tag_for(args.collection) if args.collection else None
+    tag = collection_tags.tag_for(args.collection) if args.collection else None
     client = _client(settings)
     target: Path = args.file
     temporary = target.with_name(f".{target.name}.{os.getpid()}.part")
@@ -304,7 +304,7 @@ def _submit(client: EngineClient, record: Record, keeps_times: bool) -> int | No
 
 
 def _post(client: EngineClient, record: Record, key: str, keeps_times: bool) -> dict[str, Any]:
-    tags = collections.tags_with_collection(record.collection, record.tags)
+    tags = collection_tags.tags_with_collection(record.collection, record.tags)
     named = ["title", "source_path", *(("created_at", "updated_at") if keeps_times and record.created_at else ())]
     if record.data is None:
         body: dict[str, Any] = {"text": record.text, "tags": tags, "priority": "bulk"}

@@ -67,7 +67,7 @@ class Call:
     path: str
     endpoint: str  # the path template, for logs and metrics: "GET /api/v1/documents/{id}"
     what: str  # what the path names, for NOT_FOUND messages: "document 42"
-    safe: bool  # may be retried after it reached the engine
+    retry_safe: bool  # may be retried after it reached the engine (a read, or a write made idempotent)
     write: bool = False  # changes engine state: a failure after it reached the engine leaves the outcome unknown
     params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None
     json: Any = None
@@ -136,10 +136,10 @@ class EngineClient:
     # --- endpoints ------------------------------------------------------------------------
 
     def healthz(self) -> dict[str, Any]:
-        return self._json(Call("GET", "/healthz", "GET /healthz", "engine health", safe=True))
+        return self._json(Call("GET", "/healthz", "GET /healthz", "engine health", retry_safe=True))
 
     def status(self, timeout: float | None = None, retry: bool = True) -> dict[str, Any]:
-        call = Call("GET", f"{API}/status", "GET /status", "engine status", safe=True, timeout=timeout)
+        call = Call("GET", f"{API}/status", "GET /status", "engine status", retry_safe=True, timeout=timeout)
         # Probes (readiness, `kb-bridge check`) want one quick answer, not the retry budget.
         return self._json(call) if retry else self._parse(self._send(call), call)
 
@@ -151,7 +151,7 @@ class EngineClient:
 
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
         # Search changes nothing, so it is as safe to repeat as a GET.
-        answer = self._json(Call("POST", f"{API}/search", "POST /search", "search", safe=True, json=dict(body)))
+        answer = self._json(Call("POST", f"{API}/search", "POST /search", "search", retry_safe=True, json=dict(body)))
         return self._time_filtered(any(key in body for key in TIME_BOUNDS), answer)
 
     def _time_filtered(self, asked: bool, answer: dict[str, Any]) -> dict[str, Any]:
@@ -165,14 +165,14 @@ class EngineClient:
 
     def create_note_job(self, body: Mapping[str, Any], idempotency_key: str) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key}
-        call = Call("POST", f"{API}/jobs", "POST /jobs", "note", safe=True, write=True, json=dict(body), headers=headers)
+        call = Call("POST", f"{API}/jobs", "POST /jobs", "note", retry_safe=True, write=True, json=dict(body), headers=headers)
         return self._json(call)
 
     def upload_file_job(self, body: Callable[[], StreamedBody], idempotency_key: str) -> dict[str, Any]:
         """Stream a file to the engine (multipart); `body()` makes a fresh body for each attempt, so a
         retry starts again from byte 0."""
 
-        call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", safe=True, write=True)
+        call = Call("POST", f"{API}/jobs", "POST /jobs (file)", "file upload", retry_safe=True, write=True)
 
         def attempt() -> dict[str, Any]:
             streamed = body()
@@ -188,41 +188,41 @@ class EngineClient:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if status:
             params["status"] = status
-        return self._json(Call("GET", f"{API}/jobs", "GET /jobs", "jobs", safe=True, params=params))
+        return self._json(Call("GET", f"{API}/jobs", "GET /jobs", "jobs", retry_safe=True, params=params))
 
     def get_job(self, job_id: int) -> dict[str, Any]:
         path = f"{API}/jobs/{segment(job_id)}"
-        return self._json(Call("GET", path, "GET /jobs/{id}", f"job {job_id}", safe=True))
+        return self._json(Call("GET", path, "GET /jobs/{id}", f"job {job_id}", retry_safe=True))
 
     def cancel_job(self, job_id: int) -> dict[str, Any]:
         """Take back a queued job (engine 3.10): the job, now cancelled; Conflict once it runs; an older
         engine's 405 is EngineUnsupported. A repeat answers the same, so retrying is safe."""
         path = f"{API}/jobs/{segment(job_id)}"
-        return self._json(Call("DELETE", path, "DELETE /jobs/{id}", f"job {job_id}", safe=True, write=True))
+        return self._json(Call("DELETE", path, "DELETE /jobs/{id}", f"job {job_id}", retry_safe=True, write=True))
 
     def list_documents(self, params: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-        answer = self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", safe=True, params=params))
+        answer = self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", retry_safe=True, params=params))
         return self._time_filtered(any(key in TIME_BOUNDS for key, _ in params), answer)
 
     def get_document(self, document_id: int) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}"
-        return self._json(Call("GET", path, "GET /documents/{id}", f"document {document_id}", safe=True))
+        return self._json(Call("GET", path, "GET /documents/{id}", f"document {document_id}", retry_safe=True))
 
     def list_versions(self, document_id: int) -> dict[str, Any]:
         """A document's kept versions, newest first (engine 3.9)."""
         path = f"{API}/documents/{segment(document_id)}/versions"
-        return self._json(Call("GET", path, "GET /documents/{id}/versions", f"document {document_id}", safe=True))
+        return self._json(Call("GET", path, "GET /documents/{id}/versions", f"document {document_id}", retry_safe=True))
 
     def get_version(self, document_id: int, version: int) -> dict[str, Any]:
         """A document as it was at `version`, with its text (engine 3.9)."""
         path = f"{API}/documents/{segment(document_id)}"
-        return self._json(Call("GET", path, "GET /documents/{id}?version", f"document {document_id}", safe=True,
+        return self._json(Call("GET", path, "GET /documents/{id}?version", f"document {document_id}", retry_safe=True,
                                params={"version": version}))
 
     def restore_versions(self, document_id: int, versions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Replace a note's earlier versions (import; engine 3.9). A PUT: repeating it changes nothing more."""
         path = f"{API}/documents/{segment(document_id)}/versions"
-        call = Call("PUT", path, "PUT /documents/{id}/versions", f"document {document_id}", safe=True, write=True,
+        call = Call("PUT", path, "PUT /documents/{id}/versions", f"document {document_id}", retry_safe=True, write=True,
                     json={"versions": [dict(v) for v in versions]})
         return self._json(call)
 
@@ -230,7 +230,7 @@ class EngineClient:
         # DELETE is idempotent by definition: a repeat finds nothing and says 404.
         call = Call(
             "DELETE", f"{API}/documents/{segment(document_id)}", "DELETE /documents/{id}", f"document {document_id}",
-            safe=True, write=True,
+            retry_safe=True, write=True,
         )
         self._run(lambda: self._send(call), call)
 
@@ -239,7 +239,7 @@ class EngineClient:
         path = f"{API}/notes/{segment(document_id)}"
         # Without If-Match a repeat could overwrite someone else's change made in between.
         call = Call(
-            "PATCH", path, "PATCH /notes/{id}", f"document {document_id}", safe=if_match is not None, write=True,
+            "PATCH", path, "PATCH /notes/{id}", f"document {document_id}", retry_safe=if_match is not None, write=True,
             json=dict(body), headers=headers,
         )
         return self._json(call)
@@ -250,7 +250,7 @@ class EngineClient:
         path = f"{API}/documents/{segment(document_id)}"
         # Setting both fields to given values is idempotent: a repeat changes nothing more.
         call = Call(
-            "PATCH", path, "PATCH /documents/{id}", f"document {document_id}", safe=True, write=True,
+            "PATCH", path, "PATCH /documents/{id}", f"document {document_id}", retry_safe=True, write=True,
             json={"source_path": source_path, "title": title}, headers=headers,
         )
         return self._json(call)
@@ -258,13 +258,13 @@ class EngineClient:
     def add_tags(self, document_id: int, tags: Sequence[str]) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}/tags"
         call = Call(
-            "POST", path, "POST /documents/{id}/tags", f"document {document_id}", safe=True, write=True, json={"tags": list(tags)}
+            "POST", path, "POST /documents/{id}/tags", f"document {document_id}", retry_safe=True, write=True, json={"tags": list(tags)}
         )
         return self._json(call)
 
     def remove_tag(self, document_id: int, tag: str) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}/tags/{segment(tag)}"
-        call = Call("DELETE", path, "DELETE /documents/{id}/tags/{tag}", f"document {document_id}", safe=True, write=True)
+        call = Call("DELETE", path, "DELETE /documents/{id}/tags/{tag}", f"document {document_id}", retry_safe=True, write=True)
         return self._json(call)
 
     def patch_tags(self, document_id: int, add: Sequence[str], remove: Sequence[str], if_match: int | None) -> dict[str, Any]:
@@ -272,7 +272,7 @@ class EngineClient:
         headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
         path = f"{API}/documents/{segment(document_id)}/tags"
         call = Call(
-            "PATCH", path, "PATCH /documents/{id}/tags", f"document {document_id}", safe=if_match is not None,
+            "PATCH", path, "PATCH /documents/{id}/tags", f"document {document_id}", retry_safe=if_match is not None,
             write=True, json={"add": list(add), "remove": list(remove)}, headers=headers,
         )
         return self._json(call)
@@ -280,25 +280,25 @@ class EngineClient:
     def get_original(self, document_id: int) -> tuple[bytes, str]:
         """(the bytes, their content type) of a file as uploaded, or a note's text (engine 3.6)."""
         path = f"{API}/documents/{segment(document_id)}/original"
-        call = Call("GET", path, "GET /documents/{id}/original", f"original of document {document_id}", safe=True,
+        call = Call("GET", path, "GET /documents/{id}/original", f"original of document {document_id}", retry_safe=True,
                     expect_body=False)
         response = self._run(lambda: self._send(call), call)
         return response.content, response.headers.get("Content-Type", "application/octet-stream")
 
     def list_tags(self, prefix: str | None = None) -> dict[str, Any]:
         params = {"prefix": prefix} if prefix else None
-        return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", safe=True, params=params))
+        return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", retry_safe=True, params=params))
 
     def get_chunk(self, chunk_id: int) -> dict[str, Any]:
         path = f"{API}/chunks/{segment(chunk_id)}"
-        return self._json(Call("GET", path, "GET /chunks/{id}", f"chunk {chunk_id}", safe=True))
+        return self._json(Call("GET", path, "GET /chunks/{id}", f"chunk {chunk_id}", retry_safe=True))
 
     def related_chunks(self, chunk_id: int, top_n: int, same_document: bool = False) -> dict[str, Any]:
         path = f"{API}/chunks/{segment(chunk_id)}/related"
         params: dict[str, Any] = {"top_n": top_n}
         if same_document:
             params["same_document"] = "true"
-        return self._json(Call("GET", path, "GET /chunks/{id}/related", f"chunk {chunk_id}", safe=True, params=params))
+        return self._json(Call("GET", path, "GET /chunks/{id}/related", f"chunk {chunk_id}", retry_safe=True, params=params))
 
     # --- the machinery ----------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ class EngineClient:
                 raise
 
         try:
-            return self._retry.run(counted, safe=call.safe)
+            return self._retry.run(counted, safe=call.retry_safe)
         except KbError as exc:
             if call.write and reached and isinstance(exc, Retryable):
                 # A write that may have been applied and was never confirmed: say so rather than

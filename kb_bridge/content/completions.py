@@ -3,7 +3,7 @@ names and tags, from the engine. Plain functions; protocol/content.py adapts the
 
 from __future__ import annotations
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 
@@ -25,12 +25,12 @@ def complete(engine: EngineClient, principal: Principal, reference: str, argumen
     principal limited to some collections is offered only those, and no tags (the engine counts tags
     across every collection, so offering them would tell what the others hold)."""
     if (reference, argument) in COLLECTION_ARGUMENTS:
-        names = [name[len(collections.PREFIX) :] for name in _tag_names(engine, collections.PREFIX)]
+        names = [name[len(collection_tags.PREFIX) :] for name in _tag_names(engine, collection_tags.PREFIX)]
         candidates = [name for name in names if principal.sees(name)]
     elif (reference, argument) in TAG_ARGUMENTS and principal.limited:
         return [], 0
     elif (reference, argument) in TAG_ARGUMENTS:
-        candidates = [name for name in _tag_names(engine, None) if not collections.is_collection_tag(name)]
+        candidates = [name for name in _tag_names(engine, None) if not collection_tags.is_collection_tag(name)]
     else:
         return [], 0
     matches = sorted({c for c in candidates if c.lower().startswith(typed.lower())})

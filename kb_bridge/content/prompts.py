@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.errors import InvalidArgument
 
 
@@ -61,7 +61,7 @@ def _related_to_chunk(args: Mapping[str, str]) -> str:
 
 
 def _collection_overview(args: Mapping[str, str]) -> str:
-    name = collections.check_name(args["collection"])
+    name = collection_tags.check_name(args["collection"])
     return (
         f"Give me an overview of the {name!r} collection.\n\n"
         f"1. Call kb_collections with name={name!r} for its size, document types and latest update.\n"
@@ -72,7 +72,7 @@ def _collection_overview(args: Mapping[str, str]) -> str:
 
 def _remember(args: Mapping[str, str]) -> str:
     fact = args["fact"]
-    name = collections.check_name(args.get("collection") or "memory")
+    name = collection_tags.check_name(args.get("collection") or "memory")
     return (
         f"Remember this in the {name!r} collection: {fact}\n\n"
         f"1. First call kb_search with collection={name!r} to see whether a note already covers it.\n"

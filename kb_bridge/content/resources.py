@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import InvalidArgument, NotFound
@@ -100,9 +100,9 @@ def read(engine: EngineClient, principal: Principal, uri: str) -> str:
     if kind == "chunk":
         return chunk_markdown(shapes.chunk(reach.visible_chunk(engine, principal, _id(kind, value))))
     if kind == "collection":
-        collections.check_name(value, field="uri")
+        collection_tags.check_name(value, field="uri")
         return listing(engine, principal, f"Collection {value}", value, ())
-    if collections.is_collection_tag(value):
+    if collection_tags.is_collection_tag(value):
         raise InvalidArgument("uri", "use kb://collection/{name} for collections")
     return listing(engine, principal, f"Tag {value}", None, (value,))
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kb_bridge import collections as collection_names
+from kb_bridge import collection_tags as collection_names
 from kb_bridge.credentials.scopes import parse_scopes
 from kb_bridge.errors import InvalidArgument
 

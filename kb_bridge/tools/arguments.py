@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-from kb_bridge import collections
+from kb_bridge import collection_tags
 from kb_bridge.tools.validation import ArgumentValidator
 
 # Printable text without control characters (tags, titles, paths end up in headers and logs).
@@ -28,7 +28,7 @@ SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
 
 # What each pattern means, in words: a value that breaks one is told the rule (tools/validation.py).
 PATTERN_RULES = {
-    collections.NAME_PATTERN: f"a collection name of {collections.NAME_RULE}",
+    collection_tags.NAME_PATTERN: f"a collection name of {collection_tags.NAME_RULE}",
     _NO_CONTROL: "text without control characters (no newlines or tabs)",
     _DOC_TYPE_PATTERN: "a file type in lower-case letters and digits, e.g. note, md, pdf",
     SHA256_PATTERN: "a sha256 digest: 64 hexadecimal digits",
@@ -38,7 +38,7 @@ QUERY = {"type": "string", "minLength": 1, "maxLength": 4000}
 TOP = {"type": "integer", "minimum": 1, "maximum": 50}
 TAG = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_CONTROL}
 TAGS = {"type": "array", "maxItems": 20, "items": TAG}
-COLLECTION = {"type": "string", "maxLength": 64, "pattern": collections.NAME_PATTERN}
+COLLECTION = {"type": "string", "maxLength": 64, "pattern": collection_tags.NAME_PATTERN}
 DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": _DOC_TYPE_PATTERN}
 DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": 2**53}
 NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}

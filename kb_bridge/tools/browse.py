@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render, time_range
@@ -63,11 +63,11 @@ def _total(raw: dict[str, Any]) -> int:
 def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
     name = args.name
     if name is None:
-        raw = ctx.engine.list_tags(prefix=collections.PREFIX)
+        raw = ctx.engine.list_tags(prefix=collection_tags.PREFIX)
         found = []
         for tag in shapes.listed(raw, "tags"):
-            if isinstance(tag, dict) and isinstance(tag.get("name"), str) and collections.is_collection_tag(tag["name"]):
-                name = tag["name"][len(collections.PREFIX) :]
+            if isinstance(tag, dict) and isinstance(tag.get("name"), str) and collection_tags.is_collection_tag(tag["name"]):
+                name = tag["name"][len(collection_tags.PREFIX) :]
                 if not ctx.principal.sees(name):
                     continue
                 count = tag.get("documents")
@@ -82,7 +82,7 @@ def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
 
 
 def collection_details(ctx: ToolContext, name: str) -> dict[str, Any]:
-    tag = collections.tag_for(name)
+    tag = collection_tags.tag_for(name)
     if not ctx.principal.sees(name):
         raise NotFound(f"collection {name!r} has no documents")  # as for an empty one: nothing leaks
     newest = ctx.engine.list_documents([("tag", tag), ("limit", 1)])

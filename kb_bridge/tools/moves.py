@@ -7,7 +7,7 @@ reads again and retries, so exactly one collection tag remains: the target of th
 
 An engine without it (404 or 405 to the PATCH) gets the move in steps, in the order the kb v3 spec sets ("SHALL
 first remove collection:documents via the engine's tag API, then add collection:memory"): remove the old
-collection tags, then add the new one, under a lock that every bridge worker sharing the upload store respects
+collection tags, then add the new one, under a lock that every bridge worker respects (`ToolContext.locks`, lent by the shared upload store)
 (so the bridge's own moves of one document never interleave). Between the steps the document is in no
 collection; a step that fails puts back what the move had done (the old collection returns, the new one goes),
 so once the call returns the document is in exactly one collection. If even that fails, the outcome is
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import Conflict, EngineFailure, EngineUnsupported, KbError, NotFound, OutcomeUnknown
 from kb_bridge.tools.spec import Result, ToolContext
 
@@ -29,7 +29,7 @@ LOCK_SECONDS = 10.0
 
 def move(ctx: ToolContext, document_id: int, collection: str, expected_version: int | None) -> Result:
     """Move a document into `collection`. With `expected_version`, refuse (CONFLICT) if it changed since."""
-    target = collections.tag_for(collection)
+    target = collection_tags.tag_for(collection)
     for _ in range(ATTEMPTS):
         raw = ctx.engine.get_document(document_id)
         version = _version(raw, expected_version)
@@ -55,7 +55,7 @@ def move(ctx: ToolContext, document_id: int, collection: str, expected_version: 
 def _move_in_steps(ctx: ToolContext, document_id: int, target: str, expected_version: int | None) -> Result:
     """Remove the old collection tags, then add the new one (the spec's order), holding the document's move
     lock; a failed step is undone."""
-    with ctx.uploads.lock(f"move-{document_id}", LOCK_SECONDS):
+    with ctx.locks.lock(f"move-{document_id}", LOCK_SECONDS):
         raw = ctx.engine.get_document(document_id)
         _version(raw, expected_version)
         add, remove = _change(raw, target)
@@ -100,7 +100,7 @@ def _version(raw: dict[str, Any], expected: int | None) -> int | None:
 def _change(raw: dict[str, Any], target: str) -> tuple[list[str], list[str]]:
     """(tags to add, tags to remove) to leave `target` as the only collection tag."""
     tags = shapes.document_tags(raw)
-    remove = [tag for tag in collections.collection_tags(tags) if tag != target]
+    remove = [tag for tag in collection_tags.collection_tags(tags) if tag != target]
     return ([] if target in tags else [target]), remove
 
 

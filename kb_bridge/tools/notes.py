@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
@@ -19,7 +19,7 @@ from kb_bridge.tools.waiting import wait_for_job
 class AddNoteArguments:
     text: str = a.field(a.NOTE_TEXT)
     tags: tuple[str, ...] = a.field(a.TAGS, default=())
-    collection: str = a.field(a.COLLECTION, default=collections.DEFAULT, description="use memory for agent memory")
+    collection: str = a.field(a.COLLECTION, default=collection_tags.DEFAULT, description="use memory for agent memory")
     title: str | None = a.field(a.TITLE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
     wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the note is searchable; returns its document_id")
@@ -54,12 +54,12 @@ class UpdateNoteArguments:
 def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
     collection = args.collection
     reach.require_writable(ctx.principal, collection)
-    user_tags = collections.check_user_tags(args.tags)
-    body: dict[str, Any] = {"text": args.text, "tags": collections.tags_with_collection(collection, user_tags),
+    user_tags = collection_tags.check_user_tags(args.tags)
+    body: dict[str, Any] = {"text": args.text, "tags": collection_tags.tags_with_collection(collection, user_tags),
                             "changed_by": ctx.principal.name}
     if not args.allow_duplicate:
         # The engine refuses, atomically, a second note with the same normalised text in the collection.
-        body["unique_in"] = collections.tag_for(collection)
+        body["unique_in"] = collection_tags.tag_for(collection)
     for key in ("title", "source_path"):
         value = getattr(args, key)
         if value is not None:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import Forbidden, InvalidArgument, NotFound
@@ -90,7 +90,7 @@ def visible_job(engine: EngineClient, principal: Principal, job_id: int) -> dict
     return found
 
 
-def scopes_for_search(principal: Principal, requested: str | None) -> list[str | None]:
+def collections_to_search(principal: Principal, requested: str | None) -> list[str | None]:
     """The collection filter of each engine search to run: [requested] (or [None]: everything) for an
     unlimited principal; for a limited one its collections, or none at all when it asks for another."""
     if not principal.limited:
@@ -156,15 +156,15 @@ def page_of_documents(
     """One page of the engine's documents the principal may see: (raw documents, total, next cursor).
 
     `params` are the engine filters other than tags; `collection` and `tags` filter as in kb_list."""
-    names = scopes_for_search(principal, collection)
-    user_tags = collections.check_user_tags(tags)
+    names = collections_to_search(principal, collection)
+    user_tags = collection_tags.check_user_tags(tags)
     if not names:
         if cursor is not None:
             decode_cursor(cursor, field)
         return [], 0, None
     if len(names) == 1:
         offset = decode_cursor(cursor, field) if cursor is not None else 0
-        tag_params = [("tag", t) for t in collections.tags_with_collection(names[0], user_tags)]
+        tag_params = [("tag", t) for t in collection_tags.tags_with_collection(names[0], user_tags)]
         raw = engine.list_documents([*params, *tag_params, ("limit", limit), ("offset", offset)])
         docs = shapes.listed(raw, "documents")
         total = _total(raw, docs)
@@ -180,7 +180,7 @@ def _merged_page(
     pages: dict[str, list[dict[str, Any]]] = {}
     total = 0
     for name in names:
-        tag_params = [("tag", t) for t in collections.tags_with_collection(name, tags)]
+        tag_params = [("tag", t) for t in collection_tags.tags_with_collection(name, tags)]
         raw = engine.list_documents([*params, *tag_params, ("limit", limit), ("offset", offsets[name])])
         pages[name] = shapes.listed(raw, "documents")
         total += _total(raw, pages[name], offsets[name])

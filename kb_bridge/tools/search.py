@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render, time_range
@@ -43,7 +43,7 @@ def engine_request(args: SearchArguments, collection: str | None = None) -> dict
     if args.fts_only and args.mode not in (None, "fts"):
         raise InvalidArgument("fts_only", f"true means mode fts, which contradicts mode {args.mode!r}; give one of the two")
     body: dict[str, Any] = {"query": args.query, "top_n": args.top}
-    tags = collections.tags_with_collection(collection if collection is not None else args.collection, args.tags)
+    tags = collection_tags.tags_with_collection(collection if collection is not None else args.collection, args.tags)
     if tags:
         body["tags"] = tags
     for key in ("doc_type", "mode", "fts_only"):
@@ -59,7 +59,7 @@ def search(ctx: ToolContext, args: SearchArguments) -> Result:
     fallback = "fts" if args.fts_only else "hybrid"
     batches = []
     mode = None
-    for collection in reach.scopes_for_search(ctx.principal, args.collection):
+    for collection in reach.collections_to_search(ctx.principal, args.collection):
         raw = ctx.engine.search(engine_request(args, collection))
         mode = mode or (raw.get("mode") if isinstance(raw.get("mode"), str) else None)
         batches.append([shapes.chunk(hit) for hit in shapes.listed(raw, "results")])

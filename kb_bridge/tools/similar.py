@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import KbError
 from kb_bridge.tools.render import clip
 from kb_bridge.tools.spec import ToolContext
@@ -33,7 +33,7 @@ def similar_notes(ctx: ToolContext, text: str, collection: str, exclude: int | N
     query = " ".join(text.split())[:_QUERY_CHARS]
     if not query:
         return []
-    body = {"query": query, "top_n": 2 * MAX_SIMILAR + 1, "tags": [collections.tag_for(collection)],
+    body = {"query": query, "top_n": 2 * MAX_SIMILAR + 1, "tags": [collection_tags.tag_for(collection)],
             "doc_type": "note", "mode": "vector"}
     try:
         answer = ctx.engine.search(body)

@@ -9,8 +9,9 @@ structured result`; they raise `KbError` for failures the agent should see, and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kb_bridge.auth.principal import LOCAL, Principal
 from kb_bridge.credentials.scopes import DELETE, READ, WRITE
@@ -29,6 +30,10 @@ def no_progress(progress: float, total: float | None = None, message: str | None
     """Progress sink for calls whose client sent no progress token."""
 
 
+class SharedLocks(Protocol):
+    def lock(self, name: str, timeout: float) -> AbstractContextManager[None]: ...
+
+
 @dataclass
 class ToolContext:
     """Everything a handler may use for one call."""
@@ -38,6 +43,12 @@ class ToolContext:
     settings: Settings
     principal: Principal = LOCAL
     progress: ProgressFn = no_progress
+
+    @property
+    def locks(self) -> SharedLocks:
+        """Named locks every worker and replica respects (e.g. a document's move). The upload store lends
+        them: it is the bridge's one piece of state shared between workers."""
+        return self.uploads
 
 
 Handler = Callable[[ToolContext, Any], Result]

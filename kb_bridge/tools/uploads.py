@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kb_bridge.credentials.scopes import WRITE
-from kb_bridge import collections, shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, KbError, StorageError, StorageFull, UploadIncomplete
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach
@@ -41,7 +41,7 @@ class StartArguments:
     filename: str = a.field({"type": "string", "minLength": 1, "maxLength": 1024})
     total_size: int = a.field({"type": "integer", "minimum": 1, "maximum": 2**53})
     tags: tuple[str, ...] = a.field(a.TAGS, default=())
-    collection: str = a.field(a.COLLECTION, default=collections.DEFAULT)
+    collection: str = a.field(a.COLLECTION, default=collection_tags.DEFAULT)
     title: str | None = a.field(a.TITLE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
     sha256: str | None = a.field(SHA256, default=None, description="hex sha256 of the whole file, verified at finish")
@@ -118,7 +118,7 @@ def start(ctx: ToolContext, args: StartArguments) -> Result:
         owner=ctx.principal.owner,
         filename=filename,
         total_size=args.total_size,
-        tags=collections.tags_with_collection(args.collection, args.tags),
+        tags=collection_tags.tags_with_collection(args.collection, args.tags),
         collection=args.collection,
         title=args.title,
         source_path=args.source_path,

@@ -17,7 +17,7 @@ from typing import Any
 # How many submissions before and after a note are searched for its neighbour: bounds the work of one
 # lookup when other collections' notes were submitted in between.
 SPAN = 64
-# Tags that name a collection (the bridge's collection:<name> convention, kb_bridge/collections.py) sort
+# Tags that name a collection (the bridge's collection:<name> convention, kb_bridge/collection_tags.py) sort
 # between these two strings.
 _COLLECTION_FROM, _COLLECTION_TO = "collection:", "collection;"
 

@@ -11,7 +11,7 @@ from typing import IO
 from flask import jsonify, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from kb_bridge import collections as collection_names
+from kb_bridge import collection_tags as collection_names
 from kb_bridge.errors import InvalidArgument, KbError
 from kb_bridge.tools.spec import Result
 from kb_bridge.web.console.offer import UPLOAD_TOOLS
