@@ -119,7 +119,7 @@ def test_related_without_vectors_is_409(client: FlaskClient) -> None:
 def test_status_with_model(vclient: FlaskClient) -> None:
     status = vclient.get(f"{API}/status").json
     assert status["model"]["name"] == "all-MiniLM-L6-v2" and status["model"]["dim"] == 384
-    assert status["model"]["precision"]["documents"] in ("float32", "bfloat16")
+    assert status["model"]["precision"]["documents"] in ("float32", "bfloat16", "int8")
     assert status["search_modes"] == ["hybrid", "fts", "vector"]
 
 
