@@ -18,7 +18,7 @@ from kb_bridge.runtime import Bridge
 from kb_bridge.tools.task_ids import TaskRef, decode, encode, task_key
 from kb_bridge.testing.fake_engine import API, make_settings
 from kb_bridge.testing.fake_engine import calls_to, document, job
-from tests.tasks_client import TasksExtension, create_task, task_request
+from kb_bridge.testing.tasks_client import TasksExtension, create_task, task_request
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def legacy(bridge: Bridge) -> Any:
 
 
 async def raw(client: Client, method: str, **params: Any) -> dict[str, Any]:
-    from tests.tasks_client import _ANY, _TaskRequest
+    from kb_bridge.testing.tasks_client import _ANY, _TaskRequest
 
     return dict(await client.session.send_request(_TaskRequest(method=method, params=params), _ANY))
 
@@ -185,7 +185,7 @@ async def test_legacy_result_waits_and_reports_progress(legacy: Client, modern: 
     task = await legacy_task(modern)
     engine.replace(responses.GET, f"{API}/jobs/8", json=note_job("running", progress={"chunks_done": 2, "chunks_total": 4}))
     engine.add(responses.GET, f"{API}/jobs/8", json=note_job("done", document_id=9))
-    from tests.tasks_client import _ANY, _TaskRequest
+    from kb_bridge.testing.tasks_client import _ANY, _TaskRequest
 
     seen: list[str] = []
 

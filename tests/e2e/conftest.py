@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from kb_bridge.testing.processes import ENGINE_KEY, Service, start_engine
+from kb_bridge.testing.ts_client import ensure_node
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +17,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": ENGINE_KEY})
     yield service
     service.stop()
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """node, with the pinned TypeScript SDK installed (npm ci in tests/ts) if it is not yet."""
+    return ensure_node()

@@ -30,9 +30,8 @@ from mcp.shared.auth import ProtectedResourceMetadata
 
 from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.mcp_client import connect
-from tests.e2e.test_ts_client import Step, node, run as run_ts, tool as ts_tool
+from kb_bridge.testing.ts_client import Step, run as run_ts, tool as ts_tool
 
-__all__ = ["node"]  # the TypeScript client's fixture, shared with tests/e2e/test_ts_client.py
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import MODERN_META, modern_call
 from kb_bridge.testing.oauth_server import AuthServer, new_key, self_signed_certificate

@@ -23,8 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from kb_bridge.testing.processes import REPO, Service, start_bridge, wait_until
 from kb_bridge.testing.processes import require
-from tests.e2e.held_engine import HeldEngine
-from tests.tasks_client import TasksExtension, create_task, task_request, until_ended
+from kb_bridge.testing.held_engine import HeldEngine
+from kb_bridge.testing.tasks_client import TasksExtension, create_task, task_request, until_ended
 
 pytestmark = pytest.mark.anyio
 

@@ -12,38 +12,20 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kb_bridge.testing.processes import REPO, Service, clean_env, start_bridge
-from kb_bridge.testing.processes import require
+from kb_bridge.testing.processes import Service, clean_env, start_bridge
 from kb_bridge.testing.processes import ENGINE_KEY
-from tests.test_schemas import findings
+from kb_bridge.testing.schema_rules import findings
+from kb_bridge.testing.ts_client import Step, run, tool
 
-TS = REPO / "tests" / "ts"
 TOKEN = "ts-client-token-0123456789abcdef"
 NO_UPLOAD = "0" * 32
-
-
-@dataclass
-class Step:
-    method: str
-    args: dict[str, Any] = field(default_factory=dict)
-    expect: str = "ok"  # "ok", an error code of an isError result, or "rpc" (a JSON-RPC error is right)
-    field: str | None = None  # for VALIDATION_ERROR: the field the text must name
-
-    def plan(self) -> dict[str, Any]:
-        return {"method": self.method, **self.args}
-
-
-def tool(name: str, arguments: dict[str, Any], expect: str = "ok", field: str | None = None) -> Step:
-    return Step("callTool", {"name": name, "arguments": arguments}, expect, field)
 
 
 def steps() -> list[Step]:
@@ -103,25 +85,6 @@ def steps() -> list[Step]:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    """node, with the pinned SDK installed from tests/ts/package-lock.json (npm ci) if it is not yet."""
-    binary = require("node")
-    if not (TS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
-        npm = require("npm")
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--prefix", str(TS)], check=True, timeout=600,
-                       capture_output=True)
-    return binary
-
-
-def run(node: str, transport: dict[str, Any], plan: list[Step], tmp: Path) -> list[dict[str, Any]]:
-    path = tmp / "plan.json"
-    path.write_text(json.dumps({"transport": transport, "steps": [step.plan() for step in plan]}))
-    done = subprocess.run([node, str(TS / "client.mjs"), str(path)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def check(plan: list[Step], outputs: list[dict[str, Any]]) -> None:

@@ -36,7 +36,8 @@ class _TaskRequest(types.Request[dict[str, Any], str]):
 
 
 async def task_request(session: ClientSession, method: str, task_id: str, **params: Any) -> dict[str, Any]:
-    return dict(await session.send_request(_TaskRequest(method=method, params={"taskId": task_id, **params}), _ANY))
+    request = _TaskRequest(method=method, params={"taskId": task_id, **params})
+    return dict(await session.send_request(request, _ANY))  # type: ignore[type-var]  # a raw dict answer, on purpose
 
 
 async def until_ended(session: ClientSession, task_id: str, timeout: float = 60) -> dict[str, Any]:
