@@ -67,6 +67,11 @@ def add_arguments(commands: Any) -> None:
     get.add_argument("--history", action="store_true", help="list a note's versions (number, time, who changed it)")
     get.add_argument("--json", action="store_true", help="print the document as JSON (with its versions)")
 
+    history = add_command(commands, "history", with_tools(_get), help="a note's versions (the same as get ID --history)")
+    history.add_argument("document_id", metavar="ID", type=int)
+    history.add_argument("--json", action="store_true", help="print the versions as JSON")
+    history.set_defaults(history=True, version=None)
+
     delete = add_command(commands, "delete", with_tools(_delete), help="delete one document for good")
     delete.add_argument("document_id", metavar="ID", type=int)
     delete.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -137,7 +142,8 @@ def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
     result = registry.call(ctx, "kb_get", arguments)
     document = result["documents"][0]
     if args.json:
-        print(json.dumps(document, ensure_ascii=False))
+        shown = {"id": document["id"], "versions": document.get("versions", [])} if args.history else document
+        print(json.dumps(shown, ensure_ascii=False))
         return OK
     if args.history:
         rows = [(str(v["version"]) + (" (current)" if i == 0 else ""), v["updated_at"] or "?",

@@ -132,6 +132,10 @@ def test_get_history_lists_versions_and_shows_one_and_add_refuses_a_duplicate(en
     assert first.returncode == 0 and "version 1" in first.stdout and first.stdout.rstrip().endswith(text)
     versions = json.loads(kb(engine, "get", str(document_id), "--json").stdout)["versions"]
     assert [v["version"] for v in versions] == [3, 2, 1]
+    assert kb(engine, "history", str(document_id)).stdout == history.stdout  # `history ID` is `get ID --history`
+    listed = json.loads(kb(engine, "history", str(document_id), "--json").stdout)
+    assert listed == {"id": document_id, "versions": versions}
+    assert kb(engine, "history", "not-a-number").returncode == 2
 
     again = kb(engine, "add", f"{text} Edit 3.", "--collection", COLLECTION)
     assert again.returncode == 0 and f"Not added: document #{document_id}" in again.stdout
