@@ -1,18 +1,16 @@
 """The ingestion worker batches chunks across jobs, fails a bad file alone, and puts interactive work first.
 
-The model is the real one; the wrapper below only records what each model call received and can hold the
-first call until the test has queued its jobs, so that the queue is full when the worker looks at it.
+The model is the real one; the wrapper (kb_bridge/testing/recording_embedder.py) only records what each
+model call received and can hold the first call until the test has queued its jobs, so that the queue is
+full when the worker looks at it.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import Any
 
 import flask
-import numpy as np
 import pytest
 
 from kb_bridge.local_engine.app import engine_of
@@ -20,36 +18,10 @@ from kb_bridge.local_engine.embedding.embedder import Embedder
 from kb_bridge.local_engine.ingest import worker
 
 from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
+from kb_bridge.testing.recording_embedder import RecordingEmbedder
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores
-
-
-class RecordingEmbedder:
-    """The real embedder, with a record of every documents call and a gate before the first one."""
-
-    def __init__(self, model: Embedder) -> None:
-        self._model = model
-        self.name, self.dim, self.device = model.name, model.dim, model.device
-        self.batch_size = model.batch_size
-        self.calls: list[list[str]] = []
-        self.gate = threading.Event()
-        self.first_call = threading.Event()
-        self.returned = 0
-
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        self.first_call.set()
-        assert self.gate.wait(60), "the test never opened the gate"
-        self.calls.append(list(texts))
-        vectors = self._model.embed_documents(texts)
-        self.returned += 1
-        return vectors
-
-    def submit_query(self, text: str) -> Future[np.ndarray]:
-        return self._model.submit_query(text)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._model.embed_query(text)
 
 
 @pytest.fixture

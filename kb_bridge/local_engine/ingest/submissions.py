@@ -15,19 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import now_iso, seconds_ago_iso
-from ..store.base import INTERACTIVE, JSON, PRIORITIES, Idempotency, NoteKey, Store, Submission, note_text_key
+from ..store.base import JSON, Idempotency, NoteKey, Store, Submission, note_text_key
+from .scheduling import lane_of
 from .staging import HashingFile, Staging
-
-# Work up to this size is interactive unless the client says `bulk`: an agent's note, one small file. It is
-# embedded before bulk work (ingest/worker.py), so that it is searchable in a second or two during a load.
-INTERACTIVE_BYTES = 256 * 1024
-
-
-def priority_of(asked: str | None, size: int) -> int:
-    """The stored priority of a job: as asked ("interactive" or "bulk"), else by size."""
-    if asked is not None:
-        return PRIORITIES.index(asked)
-    return INTERACTIVE if size <= INTERACTIVE_BYTES else 0
 
 
 def body_digest(fields: dict[str, Any]) -> str:
@@ -51,7 +41,7 @@ class Intake:
         text = str(fields.get("text") or "")
         size = len(text.encode("utf-8"))
         unique = NoteKey(unique_in, note_text_key(text)) if unique_in is not None else None
-        submission = Submission("note", fields, priority=priority_of(priority, size), unique=unique)
+        submission = Submission("note", fields, priority=lane_of("note", priority, size), unique=unique)
         job, created = self._store.submit(submission, self._idempotency(key, fields), now_iso())
         if created:
             self._on_queued()
@@ -67,7 +57,7 @@ class Intake:
         staged = self._staging.keep(part, Path(filename).suffix.lower())
         payload = {**fields, "doc_type": doc_type, "size": staged.size, "sha256": sha256}
         submission = Submission("file", payload, filename=filename, staged_path=staged.path.name,
-                                priority=priority_of(priority, staged.size))
+                                priority=lane_of("file", priority, staged.size))
         try:
             job, created = self._store.submit(submission, idempotency, now_iso())
         except BaseException:

@@ -4,17 +4,17 @@ Three threads, each doing one kind of work, so that the model is never idle wait
 
     prepare ──(chunks to embed)──► embed ──(finished jobs)──► store
 
-- **prepare** (`kb-engine-prepare`) claims jobs, interactive ones first, reads and parses their files,
-  chunks the text and reuses stored vectors of chunks already embedded. It stays at most `_ahead_limit`
-  chunks ahead of the model, except for interactive jobs, which it always takes. A file that cannot be
-  read fails its job alone.
+- **prepare** (`kb-engine-prepare`) claims jobs, prompt ones first (lanes: ingest/scheduling.py), reads and
+  parses their files, chunks the text and reuses stored vectors of chunks already embedded. Each lane stays
+  at most `_ahead_limit` chunks ahead of the model, except prompt work (notes), which it always takes; so
+  a flood in one lane still leaves room to claim the others. A file that cannot be read fails its job alone.
 - **embed** (`kb-engine-ingest`) fills a window of `WINDOW_BATCHES` model calls with chunks from as many
-  jobs as it takes, sorts the window by length (each call pads to its longest text, so neighbours in
-  length waste little) and embeds it `batch_size` chunks per call. Interactive jobs' chunks go first; between
-  two calls of a bulk window it embeds any interactive job that arrived meanwhile, so a note waits for at
-  most one call, not for the queue.
-- **store** (`kb-engine-store`) writes all the finished jobs waiting for it in one transaction (bulk work
-  first waits up to `GROUP_WAIT_SECONDS` for more; interactive work never waits); the store marks them done
+  jobs as it takes, the lanes sharing the window (scheduling.window_shares), puts prompt work in the first
+  calls and sorts the rest by length (each call pads to its longest text, so neighbours in length waste
+  little), and embeds it `batch_size` chunks per call. Between two calls it embeds any prompt work that
+  arrived meanwhile, so a note waits for about one call, not for the queue.
+- **store** (`kb-engine-store`) writes all the finished jobs waiting for it in one transaction (files and bulk
+  work first wait up to `GROUP_WAIT_SECONDS` for more; prompt work never waits); the store marks them done
   once search finds them (store/base.py). A group that fails to write is retried job by job, so one bad job
   fails alone.
 
@@ -42,6 +42,7 @@ from ..clock import now_iso
 from ..embedding.embedder import Embedder, EmbedderSlot
 from ..errors import IngestionError, StoreUnavailable
 from ..store.base import ClaimedJob, FinishedJob, NewDocument, Original, PreparedChunks, Store
+from . import scheduling
 from .chunking import embedding_input
 from .indexing import Indexer
 from .reading import read_job, staged_path
@@ -54,14 +55,14 @@ logger = logging.getLogger(__name__)
 
 IDLE_POLL_SECONDS = 5.0
 # 32 calls per window: sorting 512 chunks by length pads less than sorting 128 (bench/ingestion.py,
-# docs/benchmarks.md); interactive jobs never wait for a window (they go between two calls).
+# docs/benchmarks.md); prompt jobs never wait for a window (they go between two calls).
 WINDOW_BATCHES = 32
 AHEAD_WINDOWS = 2
 # The most jobs and chunks one transaction stores.
 GROUP_JOBS = 512
 GROUP_CHUNKS = 20_000
-# How long finished bulk work waits for more to write with it: fewer commits beside a fast model, never paid
-# by interactive work (docs/benchmarks.md, "Ingestion at the speed of the model").
+# How long finished work waits for more to write with it: fewer commits beside a fast model (also for a flood
+# of small files sent without `priority`), never paid by prompt work (docs/benchmarks.md, "Ingestion at the speed of the model").
 GROUP_WAIT_SECONDS = 0.5
 _TICK = 0.5
 
@@ -80,6 +81,10 @@ class _Work:
     counted: bool = False  # `left` is set: progress() may report
     failed: bool = False
 
+    @property
+    def lane(self) -> int:
+        return scheduling.lane_of_priority(self.job.priority)
+
     def finished(self, staging: Path) -> FinishedJob:
         assert self.document is not None
         path = staged_path(self.job, staging)
@@ -91,40 +96,53 @@ class _Work:
 
 
 class _Ahead:
-    """Prepared jobs waiting for the model, interactive ones in a line of their own."""
+    """Prepared jobs waiting for the model, in one line per lane (ingest/scheduling.py)."""
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
-        self._lines: dict[bool, collections.deque[_Work]] = {True: collections.deque(), False: collections.deque()}
-        self.chunks = 0
+        self._lines: dict[int, collections.deque[_Work]] = {lane: collections.deque() for lane in scheduling.LANES}
+        self._chunks = dict.fromkeys(scheduling.LANES, 0)
         self._closed = False
+
+    @property
+    def chunks(self) -> dict[int, int]:
+        """Chunks waiting for the model in each lane."""
+        with self._condition:
+            return dict(self._chunks)
 
     def put(self, work: _Work) -> None:
         with self._condition:
-            self._lines[work.job.interactive].append(work)
-            self.chunks += len(work.missing) - work.taken
+            self._lines[work.lane].append(work)
+            self._chunks[work.lane] += len(work.missing) - work.taken
             self._condition.notify_all()
 
-    def has_interactive(self) -> bool:
-        return bool(self._lines[True])
+    def has_prompt(self) -> bool:
+        return bool(self._lines[scheduling.PROMPT])
 
-    def take(self, limit: int, timeout: float, interactive_only: bool = False) -> list[tuple[_Work, int]]:
-        """Up to `limit` (job, row) pairs to embed, interactive jobs first, waiting up to `timeout` for some."""
+    def take(self, limit: int, timeout: float, prompt_only: bool = False) -> list[tuple[_Work, int]]:
+        """Up to `limit` (job, row) pairs to embed, the lanes sharing the window (scheduling.window_shares),
+        prompt work first; waits up to `timeout` for some."""
         with self._condition:
-            self._condition.wait_for(
-                lambda: self._closed or self._lines[True] or (self._lines[False] and not interactive_only), timeout
-            )
-            line = self._lines[True] if self._lines[True] or interactive_only else self._lines[False]
+            self._condition.wait_for(lambda: self._closed or self.has_prompt() or (
+                not prompt_only and any(self._lines.values())), timeout)
+            waiting = {scheduling.PROMPT: self._chunks[scheduling.PROMPT]} if prompt_only else self._chunks
             taken: list[tuple[_Work, int]] = []
-            while line and len(taken) < limit:
-                work = line[0]
-                rows = work.missing[work.taken : work.taken + limit - len(taken)]
-                work.taken += len(rows)
-                taken.extend((work, row) for row in rows)
-                if work.taken == len(work.missing):
-                    line.popleft()
-            self.chunks -= len(taken)
+            for lane, amount in scheduling.window_shares(waiting, limit).items():
+                taken.extend(self._take_line(lane, amount))
             return taken
+
+    def _take_line(self, lane: int, amount: int) -> list[tuple[_Work, int]]:
+        line = self._lines[lane]
+        taken: list[tuple[_Work, int]] = []
+        while line and len(taken) < amount:
+            work = line[0]
+            rows = work.missing[work.taken : work.taken + amount - len(taken)]
+            work.taken += len(rows)
+            taken.extend((work, row) for row in rows)
+            if work.taken == len(work.missing):
+                line.popleft()
+        self._chunks[lane] -= len(taken)
+        return taken
 
     def close(self) -> None:
         """Wake the embed thread for good: the worker is stopping."""
@@ -134,10 +152,10 @@ class _Ahead:
 
     def drain(self) -> list[_Work]:
         with self._condition:
-            works = [*self._lines[True], *self._lines[False]]
+            works = [work for line in self._lines.values() for work in line]
             for line in self._lines.values():
                 line.clear()
-            self.chunks = 0
+            self._chunks = dict.fromkeys(scheduling.LANES, 0)
             return works
 
 
@@ -213,8 +231,9 @@ class IngestionWorker:
             if not self._embedders.wait(_TICK):
                 continue
             self._wake.clear()
-            full = self._ahead.chunks >= self._ahead_limit
-            job = self._store.claim_job(now_iso(), interactive_only=full)
+            lanes = scheduling.lanes_to_claim(self._ahead.chunks, self._ahead_limit)
+            full = len(lanes) < len(scheduling.LANES)
+            job = self._store.claim_job(now_iso(), lanes if full else None)
             if job is None:
                 self._wake.wait(_TICK if full else IDLE_POLL_SECONDS)
                 continue
@@ -224,7 +243,7 @@ class IngestionWorker:
         work = _Work(job)
         with self._in_flight_lock:
             self._in_flight[job.id] = work
-        logger.info("job %d (%s, %s) started", job.id, job.type, "interactive" if job.interactive else "bulk")
+        logger.info("job %d (%s, %s) started", job.id, job.type, scheduling.LANE_NAMES[work.lane])
         try:
             work.document = read_job(job, self._staging.directory)
             work.texts = self._indexer.chunk(work.document.content, work.document.doc_type)
@@ -262,17 +281,18 @@ class IngestionWorker:
                 self._ahead.take(0, IDLE_POLL_SECONDS)  # sleep until work arrives
 
     def _embed(self, embedder: Embedder, taken: list[tuple[_Work, int]]) -> None:
-        """Embed a window, shortest texts first, one model call per `batch_size` chunks."""
+        """Embed a window, prompt work first, then shortest texts first, one model call per `batch_size`
+        chunks; prompt work arriving meanwhile goes between two calls."""
         inputs = {(id(work), row): embedding_input(work.document.title, work.texts[row])  # type: ignore[union-attr]
                   for work, row in taken}
-        taken.sort(key=lambda pair: len(inputs[id(pair[0]), pair[1]]))
-        interactive = all(work.job.interactive for work, _ in taken)
+        taken.sort(key=lambda pair: scheduling.call_order(pair[0].lane, len(inputs[id(pair[0]), pair[1]])))
+        prompt_only = all(work.lane == scheduling.PROMPT for work, _ in taken)
         batch = self._indexer.batch_size
         for start in range(0, len(taken), batch):
             if self._stop.is_set():
                 return  # the jobs are requeued by stop()
-            if not interactive and self._ahead.has_interactive():
-                self._embed(embedder, self._ahead.take(self._window, 0, interactive_only=True))
+            if not prompt_only and self._ahead.has_prompt():
+                self._embed(embedder, self._ahead.take(batch * scheduling.PROMPT_CALLS_BETWEEN, 0, prompt_only=True))
             part = [(work, row) for work, row in taken[start : start + batch] if not work.failed]
             if not part:
                 continue
@@ -319,13 +339,13 @@ class IngestionWorker:
     def _gather(self, first: _Work) -> tuple[list[_Work], bool]:
         """The finished jobs to write in one transaction with `first`, and whether the worker is stopping.
 
-        Interactive work is written at once, with whatever else is finished. Bulk work waits up to
-        GROUP_WAIT_SECONDS for the jobs finishing after it, so that a bulk load makes a few large
-        transactions (and full-text index commits) rather than one per model call; an interactive job
-        arriving meanwhile ends the wait.
+        Prompt work is written at once, with whatever else is finished. Other work waits up to
+        GROUP_WAIT_SECONDS for the jobs finishing after it, so that a load (declared bulk or a flood of small
+        files) makes a few large transactions (and full-text index commits) rather than one per model call;
+        a prompt job arriving meanwhile ends the wait.
         """
         group, chunks = [first], len(first.texts)
-        deadline = time.monotonic() + (0.0 if first.job.interactive else GROUP_WAIT_SECONDS)
+        deadline = time.monotonic() + (0.0 if first.lane == scheduling.PROMPT else GROUP_WAIT_SECONDS)
         while len(group) < GROUP_JOBS and chunks < GROUP_CHUNKS:
             wait = deadline - time.monotonic()
             try:
@@ -336,7 +356,7 @@ class IngestionWorker:
                 return group, True
             group.append(work)
             chunks += len(work.texts)
-            if work.job.interactive:
+            if work.lane == scheduling.PROMPT:
                 deadline = 0.0  # somebody is waiting for this one: write what is finished now
         return group, False
 

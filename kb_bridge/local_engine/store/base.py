@@ -27,9 +27,9 @@ Ranking = list[tuple[int, float]]  # (chunk_id, score), best first
 JSON = dict[str, object]
 # `cancelled` (3.10): a queued job taken back by DELETE /api/v1/jobs/{id} before any worker claimed it.
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-# A job's priority as the API names it; stored as its index (interactive jobs are claimed first).
+# A job's priority as the API names it. Stored is the job's lane (ingest/scheduling.py: 0 bulk, 1 files,
+# 2 prompt), which claims order by; the API shows every lane above bulk as "interactive".
 PRIORITIES = ("bulk", "interactive")
-INTERACTIVE = 1
 
 
 def text_sha256(text: str) -> str:
@@ -119,10 +119,6 @@ class ClaimedJob:
     payload: Mapping[str, Any]
     staged_path: str | None  # the uploaded file's name in the staging directory (file jobs)
     priority: int = 0
-
-    @property
-    def interactive(self) -> bool:
-        return self.priority >= INTERACTIVE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,9 +253,9 @@ class Store(Protocol):
 
     def queue_counts(self) -> dict[str, int]: ...
 
-    def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
-        """Mark the next queued job running and return it (interactive ones first, then the oldest), or None
-        when there is none (of those asked for)."""
+    def claim_job(self, now: str, priorities: Collection[int] | None = None) -> ClaimedJob | None:
+        """Mark the next queued job running and return it (the highest priority first, then the oldest), or
+        None when there is none (of the `priorities` asked for; None: any)."""
 
     def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
         """Store the jobs' documents in one transaction, and mark the jobs done once search finds them.

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,9 +169,9 @@ class PostgresStore(SqlReads, SqlWrites):
             (self.uploads_dir / submission.staged_path).unlink(missing_ok=True)
         return job, True
 
-    def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
+    def claim_job(self, now: str, priorities: Collection[int] | None = None) -> ClaimedJob | None:
         with self.db.write() as conn:
-            row = jobs.claim_next(conn, self.replica, self.lease_seconds, now, interactive_only)
+            row = jobs.claim_next(conn, self.replica, self.lease_seconds, now, priorities)
         if row is None:
             return None
         self._hold(int(row["id"]), True)

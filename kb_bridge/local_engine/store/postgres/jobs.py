@@ -11,7 +11,7 @@ first replica wakes up after another took it over.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from ...errors import Conflict, NotFound
@@ -86,19 +86,23 @@ def queue_counts(conn: Any) -> dict[str, int]:
     return counts
 
 
-def claim_next(conn: Any, owner: str, lease_seconds: float, now: str, interactive_only: bool) -> dict[str, Any] | None:
+def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
+               priorities: Collection[int] | None) -> dict[str, Any] | None:
     """Take the next job (call inside a transaction): one whose lease ran out first (its replica is gone),
-    then interactive queued jobs, then the oldest. None when there is none."""
+    then queued jobs, the highest priority first (of `priorities`, if given), then the oldest. None when
+    there is none."""
     rows = dicts(
         conn,
         f"SELECT {_CLAIMED}, document_id FROM jobs WHERE status = 'running' AND lease_expires < now() "
         "ORDER BY lease_expires LIMIT 1 FOR UPDATE SKIP LOCKED",
     )
     if not rows:
+        among, params = ("", []) if priorities is None else ("AND priority = ANY(%s) ", [list(priorities)])
         rows = dicts(
             conn,
             f"SELECT {_CLAIMED}, document_id FROM jobs WHERE status = 'queued' "
-            f"{'AND priority > 0 ' if interactive_only else ''}ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            f"{among}ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            params,
         )
     if not rows:
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,9 +105,9 @@ class SqliteStore(SqlReads, SqlWrites):
                                               str(job["created_at"]))
         return job, True
 
-    def claim_job(self, now: str, interactive_only: bool = False) -> ClaimedJob | None:
+    def claim_job(self, now: str, priorities: Collection[int] | None = None) -> ClaimedJob | None:
         with self.db.write() as conn:
-            row = jobs.claim_next(conn, now, interactive_only)
+            row = jobs.claim_next(conn, now, priorities)
         if row is None:
             return None
         payload: dict[str, Any] = json.loads(row["payload"] or "{}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Collection
 from typing import Any
 
 from ...errors import Conflict, NotFound
@@ -73,12 +74,13 @@ def queue_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return counts
 
 
-def claim_next(conn: sqlite3.Connection, now: str, interactive_only: bool = False) -> sqlite3.Row | None:
-    """Mark the next queued job running and return it (call inside a write transaction): interactive jobs
-    first, then the oldest."""
+def claim_next(conn: sqlite3.Connection, now: str, priorities: Collection[int] | None = None) -> sqlite3.Row | None:
+    """Mark the next queued job running and return it (call inside a write transaction): the highest
+    priority first (of `priorities`, if given), then the oldest."""
+    among = "" if priorities is None else f"AND priority IN ({', '.join(str(int(p)) for p in priorities) or 'NULL'}) "
     row = conn.execute(
         "SELECT id, type, filename, payload, staged_path, priority FROM jobs WHERE status = 'queued' "
-        f"{'AND priority > 0 ' if interactive_only else ''}ORDER BY priority DESC, id LIMIT 1"
+        f"{among}ORDER BY priority DESC, id LIMIT 1"
     ).fetchone()
     if row is not None:
         conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ?", (now, row["id"]))
