@@ -15,11 +15,20 @@ bulk load. Not a test.
    queue, a note with a word of its own is posted every `--note-every` seconds, and its time to
    searchable runs from its POST until its job is done and a full-text search for that word finds it.
 
+   The bulk load's own rate (chunks per second from its first upload until the queue is empty, notes
+   included) is reported beside the raw model's, measured right before and after.
+
+Small files sent without declarations (issue 37): `--priority none` uploads every document without a
+`priority` field, as kb_upload_finish, scripts and other CLIs do, `--clients N` from N clients at once
+(for the rate as for the notes' bulk load), and `--max-bytes 4096` keeps only documents of at most that
+many bytes (SciFact's abstracts: 5,167 of 5,183).
+
 With `--baseline REF` the engine of that git revision (a temporary worktree) is measured the same way,
-in the same run, for a before/after figure.
+in the same run (the rate, and the notes unless `--skip-notes`), for a before/after figure.
 
     python bench/ingestion.py                         # 2,000 SciFact abstracts: about 10 minutes
     python bench/ingestion.py --documents 1000 --baseline e9ae876
+    python bench/ingestion.py --documents 2000 --max-bytes 4096 --priority none --clients 8 --baseline REF
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from kb_bridge.local_engine.ingest.chunking import ChunkingPolicy, chunk_text, e
 from kb_bridge.testing.processes import clean_env
 
 BATCHES = (4, 8, 16, 32, 64)
-LOADERS = 4  # concurrent upload clients while notes are timed
+LOADERS = 4  # concurrent upload clients while notes are timed (at least; --clients may ask for more)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -59,16 +68,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", metavar="REF", help="also measure the engine of this git revision")
     parser.add_argument("--skip-notes", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="engine environment")
+    parser.add_argument("--priority", choices=("bulk", "none"), default="bulk",
+                        help="the documents' priority field; none: sent without one (default bulk)")
+    parser.add_argument("--clients", type=int, default=1, help="upload clients at once (default 1)")
+    parser.add_argument("--max-bytes", type=int, help="only documents of at most this many bytes")
     return parser.parse_args(argv)
 
 
 # --- the corpus, as the engine chunks it ---------------------------------------------------------------------
 
 
-def corpus_files(corpus: Path, count: int) -> list[dict[str, str]]:
+def corpus_files(corpus: Path, count: int, max_bytes: int | None = None) -> list[dict[str, str]]:
     documents, _ = load_beir(corpus)
-    return [{"id": str(d["_id"]), "title": d.get("title") or str(d["_id"]), "text": d["text"]}
-            for d in documents[:count] if d.get("text", "").strip()]
+    kept = [{"id": str(d["_id"]), "title": d.get("title") or str(d["_id"]), "text": d["text"]}
+            for d in documents if d.get("text", "").strip()
+            and (max_bytes is None or len(d["text"].encode()) <= max_bytes)]
+    return kept[:count]
 
 
 def embedding_inputs(documents: Sequence[dict[str, str]]) -> list[str]:
@@ -121,10 +136,13 @@ def start_engine(workdir: Path, data: Path, env: dict[str, str], source: Path = 
     return service.wait_ready(timeout=300)
 
 
-def upload_all(http: requests.Session, url: str, documents: Sequence[dict[str, str]]) -> None:
+def upload_all(http: requests.Session, url: str, documents: Sequence[dict[str, str]], priority: str = "bulk") -> None:
+    """Upload each document as a .txt file; `priority` "none" sends no priority field."""
     for document in documents:
         files = {"file": (f"{document['id']}.txt", document["text"].encode(), "text/plain")}
-        data = {"title": document["title"], "source_path": f"scifact/{document['id']}.txt", "priority": "bulk"}
+        data = {"title": document["title"], "source_path": f"scifact/{document['id']}.txt"}
+        if priority != "none":
+            data["priority"] = priority
         response = http.post(f"{url}/api/v1/jobs", files=files, data=data, timeout=60)
         if response.status_code == 422 and "priority" in response.text:  # an engine before 3.4 has no priority
             response = http.post(f"{url}/api/v1/jobs", files=files,
@@ -141,14 +159,24 @@ def wait_drained(http: requests.Session, url: str, chunks: int, poll: float = 0.
         time.sleep(poll)
 
 
+def upload_from(url: str, documents: Sequence[dict[str, str]], priority: str, clients: int) -> list[threading.Thread]:
+    """Start `clients` threads, each uploading every clients-th document on a keep-alive session of its own."""
+    loaders = [threading.Thread(target=upload_all, args=(requests.Session(), url, documents[i::clients], priority),
+                                daemon=True) for i in range(clients)]
+    for loader in loaders:
+        loader.start()
+    return loaders
+
+
 def measure_engine(workdir: Path, documents: Sequence[dict[str, str]], chunks: int, env: dict[str, str],
-                   source: Path = REPO) -> dict[str, Any]:
+                   source: Path = REPO, priority: str = "bulk", clients: int = 1) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="ingest-", dir=workdir))
     engine = start_engine(workdir, data, env, source)
     try:
         http = requests.Session()
         started = time.perf_counter()
-        upload_all(http, engine.url, documents)
+        for loader in upload_from(engine.url, documents, priority, clients):
+            loader.join()
         uploaded = time.perf_counter() - started
         status = wait_drained(http, engine.url, chunks)
         elapsed = time.perf_counter() - started
@@ -161,19 +189,17 @@ def measure_engine(workdir: Path, documents: Sequence[dict[str, str]], chunks: i
         engine.stop()
 
 
-def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], env: dict[str, str], count: int,
-                  every: float) -> dict[str, Any]:
+def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], chunks: int, env: dict[str, str], count: int,
+                  every: float, source: Path = REPO, priority: str = "bulk", clients: int = LOADERS) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="notes-", dir=workdir))
-    engine = start_engine(workdir, data, env)
+    engine = start_engine(workdir, data, env, source)
     timings: list[float] = []
     try:
         http = requests.Session()
         # Several clients upload at once: where the model keeps up with one client's uploads (bfloat16 on a
         # CPU that has it), a single loader never builds the deep queue that the notes are meant to wait behind.
-        loaders = [threading.Thread(target=upload_all, args=(requests.Session(), engine.url, documents[i::LOADERS]),
-                                    daemon=True) for i in range(LOADERS)]
-        for loader in loaders:
-            loader.start()
+        started = time.perf_counter()
+        loaders = upload_from(engine.url, documents, priority, max(clients, LOADERS))
         # Let the queue fill before the first note (or the uploads end, if the engine keeps up with them).
         while (http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"] < 200
                and any(loader.is_alive() for loader in loaders)):
@@ -200,12 +226,16 @@ def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], env: dict[
             progress(f"note {i}: searchable after {timings[-1]:.2f} s ({queued} jobs queued)")
             time.sleep(max(0.0, every - timings[-1]))
         for loader in loaders:
-            loader.join(timeout=1)
+            loader.join()
+        # The bulk load's own rate, notes and all: what the fair queue leaves it (no starvation).
+        status = wait_drained(http, engine.url, chunks)
+        elapsed = time.perf_counter() - started
     finally:
         engine.stop()
-    return {"notes": len(timings), "p50_s": round(statistics.median(timings), 3),
+    return {"source": str(source), "notes": len(timings), "p50_s": round(statistics.median(timings), 3),
             "p95_s": round(percentile(timings, 0.95), 3), "max_s": round(max(timings), 3),
-            "seconds": [round(t, 3) for t in timings], "queued_after": queued_at_notes}
+            "seconds": [round(t, 3) for t in timings], "queued_after": queued_at_notes,
+            "bulk_seconds": round(elapsed, 2), "bulk_chunks_per_s": round(status["chunks"] / elapsed, 2)}
 
 
 def baseline_worktree(ref: str, workdir: Path) -> Path:
@@ -218,7 +248,7 @@ def baseline_worktree(ref: str, workdir: Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     env = {"KB_ENGINE_EMBEDDER": "minilm", **dict(item.split("=", 1) for item in args.set)}
-    documents = corpus_files(args.corpus, args.documents)
+    documents = corpus_files(args.corpus, args.documents, args.max_bytes)
     texts = embedding_inputs(documents)
     progress(f"{len(documents)} documents, {len(texts)} chunks")
     raw = RawModel()
@@ -229,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rounds = []
     for number in range(args.rounds):
         before = raw.rate(best["precision"], best["batch"], texts)
-        engine = measure_engine(workdir, documents, len(texts), env)
+        engine = measure_engine(workdir, documents, len(texts), env, priority=args.priority, clients=args.clients)
         after = raw.rate(best["precision"], best["batch"], texts)
         ratio = engine["chunks_per_s"] / ((before + after) / 2)
         progress(f"round {number + 1}: raw {before:.1f}, engine {engine['chunks_per_s']}, raw {after:.1f}: "
@@ -239,21 +269,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     median = sorted(rounds, key=lambda r: r["ratio"])[len(rounds) // 2]
     result: dict[str, Any] = {
         "documents": len(documents), "chunks": len(texts), "sweep": sweep, "best": best, "rounds": rounds,
-        "ratio": median["ratio"], "engine": median["engine"], "engine_env": env,
+        "ratio": median["ratio"], "engine": median["engine"], "engine_env": env, "priority": args.priority,
+        "clients": args.clients, "max_bytes": args.max_bytes,
     }
+
+    def notes_on(source: Path) -> dict[str, Any]:
+        before = raw.rate(best["precision"], best["batch"], texts)
+        notes = measure_notes(workdir, documents, len(texts), env, args.notes, args.note_every, source,
+                              args.priority, args.clients)
+        after = raw.rate(best["precision"], best["batch"], texts)
+        return {**notes, "raw_before": round(before, 2), "raw_after": round(after, 2),
+                "bulk_ratio": round(notes["bulk_chunks_per_s"] / ((before + after) / 2), 3)}
+
     if args.baseline:
         source = baseline_worktree(args.baseline, workdir)
         try:
             before = raw.rate(best["precision"], best["batch"], texts)
-            baseline = measure_engine(workdir, documents, len(texts), env, source)
+            baseline = measure_engine(workdir, documents, len(texts), env, source, args.priority, args.clients)
             after = raw.rate(best["precision"], best["batch"], texts)
             result["baseline"] = {**baseline, "ref": args.baseline, "raw_before": round(before, 2),
                                   "raw_after": round(after, 2),
                                   "ratio": round(baseline["chunks_per_s"] / ((before + after) / 2), 3)}
+            if not args.skip_notes:
+                result["baseline_notes"] = notes_on(source)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(source)], check=False)
     if not args.skip_notes:
-        result["notes"] = measure_notes(workdir, documents, env, args.notes, args.note_every)
+        result["notes"] = notes_on(REPO)
     path = write_result("ingestion", result)
     print(f"raw model best: {best['precision']} batch {best['batch']}")
     for number, row in enumerate(rounds, 1):
@@ -263,9 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"median ratio {result['ratio']}")
     if "baseline" in result:
         print(f"baseline {args.baseline}: {result['baseline']['chunks_per_s']} chunks/s; ratio {result['baseline']['ratio']}")
-    if "notes" in result:
-        notes = result["notes"]
-        print(f"notes during the bulk load: p50 {notes['p50_s']} s, p95 {notes['p95_s']} s, max {notes['max_s']} s")
+    for key, label in (("notes", "this engine"), ("baseline_notes", f"baseline {args.baseline}")):
+        if key in result:
+            notes = result[key]
+            print(f"{label}: notes during the bulk load: p50 {notes['p50_s']} s, p95 {notes['p95_s']} s, max "
+                  f"{notes['max_s']} s; the bulk load {notes['bulk_chunks_per_s']} chunks/s, ratio {notes['bulk_ratio']}")
     print(f"results: {path}")
     return 0
 
