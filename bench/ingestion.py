@@ -198,7 +198,7 @@ def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], chunks: in
         http = requests.Session()
         # Several clients upload at once: where the model keeps up with one client's uploads (bfloat16 on a
         # CPU that has it), a single loader never builds the deep queue that the notes are meant to wait behind.
-        started = time.perf_counter()
+        load_started = time.perf_counter()
         loaders = upload_from(engine.url, documents, priority, max(clients, LOADERS))
         # Let the queue fill before the first note (or the uploads end, if the engine keeps up with them).
         while (http.get(f"{engine.url}/api/v1/status", timeout=60).json()["queue"]["queued"] < 200
@@ -229,7 +229,7 @@ def measure_notes(workdir: Path, documents: Sequence[dict[str, str]], chunks: in
             loader.join()
         # The bulk load's own rate, notes and all: what the fair queue leaves it (no starvation).
         status = wait_drained(http, engine.url, chunks)
-        elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - load_started
     finally:
         engine.stop()
     return {"source": str(source), "notes": len(timings), "p50_s": round(statistics.median(timings), 3),
