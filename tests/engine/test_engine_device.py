@@ -78,6 +78,6 @@ def test_an_engine_asked_for_a_gpu_this_machine_lacks_stops_with_a_message(tmp_p
 
 def test_status_reports_the_device_the_model_runs_on(vclient: object) -> None:
     status = vclient.get(f"{API}/status").json  # type: ignore[attr-defined]
-    assert status["device"] == "cpu" and status["model"]["precision"]["documents"] in ("float32", "bfloat16")
+    assert status["device"] == "cpu" and status["model"]["precision"]["documents"] in ("float32", "bfloat16", "int8")
     # the copies of the model embedding documents on this CPU (embedding/document_pool.py)
     assert status["model"]["document_workers"] == plan_workers(0, "cpu", usable_cores())[0]
