@@ -197,7 +197,9 @@ def test_a_worker_killed_during_calls_leaves_the_others_unaffected(tmp_path: Pat
         finally:
             bridge.stop()
     ok = results.count("ok")
-    assert ok >= held[survivor], f"calls on the surviving worker should all complete ({held})"
+    # Connections the survivor held, counted from outside, may include one or two that were no call (a
+    # listening or kept-alive socket): at most every call it could hold.
+    assert ok >= min(held[survivor], len(futures)), f"calls on the surviving worker should all complete ({held})"
     assert all(r in ("ok", "connection lost") for r in results)  # failures are the killed worker's, never a wrong answer
     assert after == ["ok"] * 4  # gunicorn replaced the worker
 
