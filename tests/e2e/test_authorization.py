@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from mcp.shared.auth import ProtectedResourceMetadata
 
 from kb_bridge.testing.processes import ENGINE_KEY
-from kb_bridge.testing.mcp_client import connect
+from kb_bridge.testing.mcp_client import call, connect, error_of
 from kb_bridge.testing.ts_client import Step, run as run_ts, tool as ts_tool
 
 from kb_bridge.testing.console import ConsoleClient
@@ -254,16 +254,6 @@ def test_resources_need_kb_read(setup: Setup) -> None:
 # --- collection limits, on every tool ------------------------------------------------------------
 
 
-async def call(client: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return dict(result.structured_content)
-
-
-async def error_of(client: Any, tool: str, arguments: dict[str, Any]) -> str:
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error, f"{tool} should have failed: {result.structured_content}"
-    return str(result.structured_content["error"]["code"])
 
 
 def limited_tokens(setup: Setup) -> list[tuple[str, str, set[str]]]:

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 import requests
-from mcp import Client
 
 from kb_bridge.testing.processes import ENGINE_KEY
-from kb_bridge.testing.mcp_client import connect
+from kb_bridge.testing.mcp_client import call, connect
 from kb_bridge.testing.mcp_http import wait_for_job
 from kb_bridge.testing.processes import Service, free_port, start_bridge, start_engine, tool_event_pids, wait_until
 from kb_bridge.testing.files import minimal_pdf
@@ -43,11 +42,6 @@ def engine_api(engine: Service, path: str) -> Any:
     response.raise_for_status()
     return response.json()
 
-
-async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return dict(result.structured_content)
 
 
 @pytest.mark.parametrize("era", ["legacy", "auto"])

@@ -21,7 +21,7 @@ from kb_bridge.auth.principal import caller_id
 from kb_bridge.credentials.secret import Secret
 from kb_bridge.testing.balancer import RoundRobin
 from kb_bridge.testing.postgres import PostgresServer
-from kb_bridge.testing.mcp_client import connect
+from kb_bridge.testing.mcp_client import call, connect, error_of
 from kb_bridge.testing.processes import ENGINE_KEY, Service, start_bridge, start_engine, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -69,16 +69,6 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             server.stop()
 
 
-async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return dict(result.structured_content)
-
-
-async def error_of(client: Client, tool: str, arguments: dict[str, Any]) -> str:
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error, f"{tool} succeeded"
-    return str(result.structured_content["error"]["code"])
 
 
 async def test_history_is_kept_listed_read_and_restored(stack: Stack) -> None:

@@ -18,7 +18,7 @@ from kb_bridge.testing.postgres import PostgresServer
 from kb_bridge.testing.processes import Service, start_bridge, start_engine, wait_until
 from kb_bridge.testing.standin import StandInEngine
 from kb_bridge.testing.processes import ENGINE_KEY
-from kb_bridge.testing.mcp_client import connect
+from kb_bridge.testing.mcp_client import call, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -77,11 +77,6 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         if server is not None:
             server.stop()
 
-
-async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, f"{tool}: {result.content[0].text}"
-    return dict(result.structured_content)
 
 
 async def found(client: Client, mode: str, **arguments: Any) -> set[int]:
