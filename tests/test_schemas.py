@@ -76,3 +76,35 @@ def test_the_annotations_keep_their_meaning_with_defaults_left_out(name: str) ->
     if not spec.read_only:
         assert hints.get("destructiveHint", True) is spec.destructive
         assert hints.get("idempotentHint", False) is spec.idempotent
+
+
+def _kept(advertised: Any, full: Any, path: str = "") -> None:
+    """Every keyword of the advertised schema is the full schema's own, with the same value (it only leaves
+    keywords out), so whatever the full schema accepts, the advertised one accepts too."""
+    assert isinstance(advertised, dict) and isinstance(full, dict), path
+    for key, value in advertised.items():
+        assert key in full, f"{path}.{key}"
+        if key in ("properties", "items"):
+            subs = value if key == "properties" else {"": value}
+            fulls = full[key] if key == "properties" else {"": full[key]}
+            assert set(subs) == set(fulls), path
+            for name in subs:
+                _kept(subs[name], fulls[name], f"{path}.{key}.{name}")
+        else:
+            assert value == full[key], f"{path}.{key}"
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_the_advertised_input_schema_is_the_full_one_with_caps_and_patterns_left_out(name: str) -> None:
+    """tools/list publishes what a call is written from (names, types, enums, defaults, required, no other
+    fields); the lengths, patterns and id bounds stay in the full schema that validates every call."""
+    spec = TOOLS[name]
+    published = to_mcp_tool(spec).model_dump(by_alias=True, mode="json", exclude_none=True)["inputSchema"]
+    full = spec.input_schema
+    _kept(published, full)
+    assert published.get("required") == full.get("required") and published["additionalProperties"] is False
+    for field, schema in full["properties"].items():
+        lean = published["properties"][field]
+        assert (lean["type"], lean.get("enum"), lean.get("default")) == (schema["type"], schema.get("enum"), schema.get("default"))
+        assert not {"pattern", "minLength", "maxLength", "maxItems"} & set(lean), field
+

@@ -128,3 +128,33 @@ def test_a_nul_character_is_refused_naming_the_field(arguments: dict, field: str
     with pytest.raises(InvalidArgument) as caught:
         SEARCH.check({"query": "herons\x00"})
     assert caught.value.details["field"] == "query"
+
+
+# Arguments that the lean schema tools/list advertises admits (it leaves caps and patterns out) but the full
+# schema refuses: the server still refuses each, naming the field, before any engine call.
+ADVERTISED_BUT_REFUSED = [
+    ("kb_search", {"query": "x", "collection": "Bad Name"}, "collection"),
+    ("kb_search", {"query": "x" * 4001}, "query"),
+    ("kb_search", {"query": ""}, "query"),
+    ("kb_search", {"query": "x", "tags": ["t"] * 21}, "tags"),
+    ("kb_search", {"query": "x", "doc_type": "PDF!"}, "doc_type"),
+    ("kb_addnote", {"text": "ok", "title": "two\nlines"}, "title"),
+    ("kb_get", {"document_id": 0}, "document_id"),
+    ("kb_get", {"document_id": 2**60}, "document_id"),
+    ("kb_upload_chunk", {"upload_id": "u" * 32, "data": "QQ==", "chunk_index": 0, "sha256": "zz"}, "sha256"),
+    ("kb_upload_start", {"filename": "", "total_size": 1}, "filename"),
+    ("kb_list", {"cursor": "c" * 201}, "cursor"),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "field"), ADVERTISED_BUT_REFUSED, ids=lambda v: v if isinstance(v, str) else "")
+async def test_a_rule_tools_list_leaves_out_is_still_enforced(client: Client, engine: responses.RequestsMock, name: str,
+                                                              arguments: dict, field: str) -> None:
+    from jsonschema import Draft202012Validator
+
+    listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert Draft202012Validator(listed[name].input_schema).is_valid(arguments)  # the advertised schema admits it
+    result = await client.call_tool(name, arguments)
+    assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert result.structured_content["error"]["field"] == field
+    assert not engine.calls

@@ -18,7 +18,7 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
         name=spec.name,
         title=spec.title,
         description=spec.description,
-        input_schema=spec.input_schema,
+        input_schema=spec.advertised_input_schema,
         output_schema=brief_output_schema(spec.output_schema),
         # 2025-11-25 clients ask for a task only of a tool that says it may run as one (protocol/tasks.py);
         # the 2026-07-28 tools/list leaves the field out.

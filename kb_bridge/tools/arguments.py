@@ -1,5 +1,9 @@
-"""Tool arguments as typed models: one frozen dataclass per tool is the single source of its published
-inputSchema and of the handler's parsing (names, types, defaults, limits), so nothing is written twice.
+"""Tool arguments as typed models: one frozen dataclass per tool is the single source of its inputSchema
+and of the handler's parsing (names, types, defaults, limits), so nothing is written twice.
+
+Two schemas come out of a model: the full one, which validates every call here (every bound and pattern),
+and the advertised one, which tools/list publishes (`advertised_schema`): the names, types, enums, defaults
+and descriptions an agent writes a call from, without the safety caps and patterns it never needs to read.
 
 A field's JSON-schema fragment sits in its metadata (`spec(...)`); its Python default is the default an
 agent gets and the `default` the schema publishes. A field without a default is required; a field whose
@@ -94,12 +98,32 @@ def input_schema(model: type) -> dict[str, Any]:
     return schema
 
 
+# What an advertised schema keeps (tools/list, which agents pay for in tokens): what a call is written from.
+# The rest (lengths, patterns, id bounds) stays in the full schema, which refuses a bad argument with an error
+# naming the field and the rule in words (tools/validation.py): an agent learns a cap the one time it hits it.
+_ADVERTISED = frozenset({"type", "enum", "default", "description", "required", "additionalProperties"})
+
+
+def advertised_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema as tools/list publishes it: `_ADVERTISED` keywords, through properties and items, plus the
+    upper bound of a defaulted integer (top, limit: a knob an agent turns, whose range it should know)."""
+    lean = {key: value for key, value in schema.items() if key in _ADVERTISED}
+    if schema.get("type") == "integer" and "default" in schema and "maximum" in schema:
+        lean["maximum"] = schema["maximum"]
+    if "properties" in schema:
+        lean["properties"] = {name: advertised_schema(sub) for name, sub in schema["properties"].items()}
+    if "items" in schema:
+        lean["items"] = advertised_schema(schema["items"])
+    return lean
+
+
 class ArgumentParser(Generic[M]):
     """Validates raw arguments against a model's schema and builds the model (defaults filled in)."""
 
     def __init__(self, model: type[M]) -> None:
         self.model = model
         self.schema = input_schema(model)
+        self.advertised = advertised_schema(self.schema)
         self._validator = ArgumentValidator(self.schema, PATTERN_RULES)
         kinds = {f.name: f.metadata[_SCHEMA].get("type") for f in dataclasses.fields(model)}  # type: ignore[arg-type]
         self._lists = {name for name, kind in kinds.items() if kind == "array"}

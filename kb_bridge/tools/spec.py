@@ -80,7 +80,13 @@ class ToolSpec:
 
     @property
     def input_schema(self) -> dict[str, Any]:
+        """The full schema every call is validated against."""
         return self._parser.schema
+
+    @property
+    def advertised_input_schema(self) -> dict[str, Any]:
+        """The lean schema tools/list publishes (tools/arguments.py, `advertised_schema`)."""
+        return self._parser.advertised
 
     def parse(self, raw: Any) -> Any:
         """The arguments model for a raw arguments object, or InvalidArgument naming the field."""
