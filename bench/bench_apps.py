@@ -36,7 +36,6 @@ def _echo(ctx: ToolContext, args: EchoArguments) -> Result:
 
 ECHO = ToolSpec(
     name="kb_echo",
-    title="Echo",
     description=ECHO_DESCRIPTION,
     arguments=EchoArguments,
     output_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},

@@ -54,14 +54,16 @@ def _top_types(field: dict[str, Any]) -> set[str]:
 @pytest.mark.parametrize("name", sorted(TOOLS))
 def test_the_published_output_schema_is_the_full_ones_top_level(name: str) -> None:
     """tools/list carries each result's fields with their types, nested shapes cut to their type: the same
-    fields, the same required ones, the same types, so every result the full shape accepts fits it too."""
+    fields (but the error result's `error`), the same required ones, the same types, so every result the full
+    shape accepts fits it too, error results included."""
     full = TOOLS[name].output_schema
     published = to_mcp_tool(TOOLS[name]).model_dump(by_alias=True, mode="json", exclude_none=True)["outputSchema"]
     assert published.get("required") == full.get("required") and published["type"] == "object"
-    assert set(published["properties"]) == set(full["properties"])
-    for field, schema in full["properties"].items():
-        assert _top_types(published["properties"][field]) == _top_types(schema), field
-        assert "properties" not in published["properties"][field]  # nested shapes are not repeated
+    assert "additionalProperties" not in published  # what lets an error result's `error` through
+    assert set(published["properties"]) == set(full["properties"]) - {"error"}
+    for field, schema in published["properties"].items():
+        assert _top_types(schema) == _top_types(full["properties"][field]), field
+        assert not {"properties", "items"} & set(schema)  # nested shapes are not repeated
     for error in ERRORS:
         Draft202012Validator(published).validate(error_result(error).structured_content)
 

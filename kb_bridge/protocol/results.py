@@ -16,7 +16,6 @@ from kb_bridge.tools.spec import ToolSpec
 def to_mcp_tool(spec: ToolSpec) -> types.Tool:
     return types.Tool(
         name=spec.name,
-        title=spec.title,
         description=spec.description,
         input_schema=spec.advertised_input_schema,
         output_schema=brief_output_schema(spec.output_schema),
@@ -29,22 +28,22 @@ def to_mcp_tool(spec: ToolSpec) -> types.Tool:
 
 def brief_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The output schema as tools/list publishes it: the result's top-level fields with their types, nested
-    shapes cut to their type. The full shapes stay the contract in code (tools/*.py, shapes.py; every result
-    is checked against them in the tests); published whole they were 44 % of tools/list, context every agent
-    pays for on every conversation, and a result that fits them still fits this (clients that validate
-    structuredContent, as the TypeScript SDK does, keep passing)."""
+    shapes (objects' fields, arrays' items) cut to their type. The full shapes stay the contract in code
+    (tools/*.py, shapes.py; every result is checked against them in the tests); published whole they were 44 %
+    of tools/list, context every agent pays for on every conversation, and a result that fits them still fits
+    this (clients that validate structuredContent, as the TypeScript SDK does, keep passing).
+
+    The `error` field an error result carries is left out: nothing here requires a field or forbids others,
+    so `{"error": {...}}` validates without it (tests/test_schemas.py), and it would repeat in every tool."""
     brief = {key: value for key, value in schema.items() if key != "properties"}
-    brief["properties"] = {name: _type_only(field) for name, field in schema.get("properties", {}).items()}
+    brief["properties"] = {name: _type_only(field) for name, field in schema.get("properties", {}).items()
+                           if name != "error"}
     return brief
 
 
 def _type_only(field: dict[str, Any]) -> dict[str, Any]:
     if "anyOf" in field:
         return {"anyOf": [_type_only(option) for option in field["anyOf"]]}
-    if "type" not in field:
-        return {}
-    if field["type"] == "array" and "type" in field.get("items", {}):
-        return {"type": "array", "items": {"type": field["items"]["type"]}}
     return {"type": field["type"]}
 
 

@@ -148,7 +148,6 @@ def render_list(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_collections",
-        title="Collections",
         description="List the collections with their document counts, or give name for one collection's "
         "details (counts by doc_type, latest update).",
         arguments=CollectionsArguments,
@@ -160,7 +159,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_list",
-        title="List documents",
         description="Browse documents by metadata (collection, tags, doc_type, source_path, since/until on "
         "time_field), newest update first, a page at a time (cursor). Use kb_search to find by content.",
         arguments=ListArguments,

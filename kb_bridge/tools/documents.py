@@ -62,7 +62,6 @@ def render_get(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_get",
-        title="Get documents",
         description=(
             "Fetch one document by document_id (with its full text, chunks and a note's versions; "
             "version: an earlier text) or the documents stored under an exact source_path (metadata only). "
@@ -110,7 +109,6 @@ def render_delete(result: Result) -> str:
 TOOLS.append(
     ToolSpec(
         name="kb_delete",
-        title="Delete a document",
         description="Delete a document (note or file) and its chunks for good. Deleting one that is already gone is not an error.",
         arguments=DeleteArguments,
         output_schema=DELETE_OUTPUT,

@@ -144,7 +144,6 @@ def render_document(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_addnote",
-        title="Add a note",
         description=(
             "Save a text note (a fact, a preference, a summary) to the knowledge base. "
             "Use collection 'memory' for agent memory. Returns a job id; the note is searchable once indexed. "
@@ -159,7 +158,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_update_note",
-        title="Update a note",
         description=(
             "Replace a note's text or title in place (same document_id, re-indexed), or move it to another "
             "collection. Pass expected_version (from kb_get) to refuse silently overwriting a newer change. "

@@ -94,7 +94,6 @@ def render_related(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_related",
-        title="Related chunks",
         description="Chunks from other documents most similar in meaning to a chunk (or to a document's first "
         "chunk). context=true adds each hit's neighbouring chunks.",
         arguments=RelatedArguments,

@@ -71,7 +71,6 @@ def search(ctx: ToolContext, args: SearchArguments) -> Result:
 TOOLS = [
     ToolSpec(
         name="kb_search",
-        title="Search the knowledge base",
         description=DESCRIPTION,
         arguments=SearchArguments,
         output_schema=OUTPUT,

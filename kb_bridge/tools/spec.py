@@ -58,7 +58,6 @@ Renderer = Callable[[Result], str]
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
-    title: str
     description: str
     arguments: type  # the typed model of the tool's arguments (tools/arguments.py)
     output_schema: dict[str, Any]

@@ -106,7 +106,6 @@ def render_jobs(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_status",
-        title="Knowledge base status",
         description="Engine health: version, embedding model, device, document and chunk counts, ingestion queue.",
         arguments=a.NoArguments,
         output_schema=STATUS_OUTPUT,
@@ -117,7 +116,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_jobs",
-        title="Ingestion jobs",
         description="Recent ingestion jobs, newest first; filter by status (queued, running, done, failed, cancelled).",
         arguments=JobsArguments,
         output_schema=JOBS_OUTPUT,

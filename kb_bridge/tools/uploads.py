@@ -371,7 +371,6 @@ def render_status(r: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_upload_start",
-        title="Start a file upload",
         description=(
             "Step 1 of 3 to add a file (txt, md, pdf, html, docx): declare filename and total_size in bytes; "
             "returns upload_id and max_chunk_bytes. Then kb_upload_chunk for each chunk, then kb_upload_finish."
@@ -384,7 +383,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_upload_chunk",
-        title="Upload a chunk",
         description=(
             "Step 2: send one chunk as base64, chunk_index from 0 in file order; chunks may arrive in any order "
             "and resending the same chunk is safe. Optional sha256 of the chunk is verified."
@@ -398,7 +396,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_upload_finish",
-        title="Finish a file upload",
         description=(
             "Step 3: assemble the chunks, verify them and send the file for indexing; returns the job id. "
             "With wait, returns once the file is searchable. Safe to repeat."
@@ -412,7 +409,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_upload_status",
-        title="Upload status",
         description="Which chunks of an upload have arrived and which are missing (to resume an interrupted upload); "
         "without upload_id, your open uploads.",
         arguments=StatusArguments,
@@ -425,7 +421,6 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_upload_cancel",
-        title="Cancel an upload",
         description="Abandon an unfinished upload: its staged chunks are deleted and it no longer counts against your "
         "upload limits. Cancelling again, or an unknown upload, is not an error.",
         arguments=UploadIdArguments,
