@@ -4,6 +4,7 @@ outputSchema (the TypeScript SDK client validates structuredContent even when is
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -110,3 +111,34 @@ def test_the_advertised_input_schema_is_the_full_one_with_caps_and_patterns_left
         assert (lean["type"], lean.get("enum"), lean.get("default")) == (schema["type"], schema.get("enum"), schema.get("default"))
         assert not {"pattern", "minLength", "maxLength", "maxItems"} & set(lean), field
 
+
+
+def _described(name: str) -> str:
+    tool = to_mcp_tool(TOOLS[name]).model_dump(by_alias=True, mode="json", exclude_none=True)
+    return " ".join([tool["description"], *(p.get("description", "") for p in tool["inputSchema"]["properties"].values())])
+
+
+@pytest.mark.parametrize(("name", "guidance"), [
+    ("kb_search", ["2-3 phrasings", "merge by chunk_id", "rerank by reading", "memory, documents"]),
+    ("kb_addnote", ["memory for agent memory", "Update a stale note with kb_update_note instead of adding one"]),
+    ("kb_update_note", ["move it to another collection", "expected_version"]),
+    ("kb_upload_start", ["kb_upload_chunk", "kb_upload_finish"]),
+])
+def test_the_lean_tool_list_keeps_the_guidance_agents_need(name: str, guidance: list[str]) -> None:
+    """Trimmed for size, the descriptions still say how to search well (several phrasings, merged, reranked by
+    reading), which collection to use, to update a stale note rather than add one, and the upload steps."""
+    described = _described(name)
+    assert [phrase for phrase in guidance if phrase not in described] == []
+
+
+TOOLS_LIST_BUDGET = 12_000  # characters of tools/list for all tools (issue 38); agents pay for it in tokens
+
+
+@pytest.mark.anyio
+async def test_tools_list_for_all_tools_stays_within_its_budget(client: Any) -> None:
+    """Measured as `kb-bridge tools` measures it, on what the server answers (both eras: the 2025-11-25 answer
+    also carries the task-support field)."""
+    listed = (await client.list_tools()).tools
+    assert {tool.name for tool in listed} == set(TOOLS)
+    size = len(json.dumps({"tools": [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in listed]}))
+    assert size <= TOOLS_LIST_BUDGET, size

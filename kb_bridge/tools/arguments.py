@@ -55,7 +55,7 @@ PAGE_LIMIT = {"type": "integer", "minimum": 1, "maximum": 100}
 # since / until: checked and resolved by tools/time_range.py (dates, date-times, spans back from now).
 TIME = {"type": "string", "minLength": 1, "maxLength": 40}
 TIME_FIELD = {"type": "string", "enum": ["created", "updated"]}
-SINCE_HELP = "ISO date/date-time (UTC if no offset) or span back from now: 30m, 36h, 7d, 2w"
+SINCE_HELP = "ISO date/date-time (UTC if no offset) or span back: 30m, 36h, 7d, 2w"
 UNTIL_HELP = "same forms; exclusive (a bare date includes that day)"
 
 _SCHEMA = "kb_schema"

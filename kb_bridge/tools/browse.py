@@ -29,7 +29,7 @@ COLLECTION_INFO = shapes.obj(
 
 @dataclass(frozen=True, kw_only=True)
 class CollectionsArguments:
-    name: str | None = a.field(a.COLLECTION, default=None, description="one collection's details")
+    name: str | None = a.field(a.COLLECTION, default=None)
 
 
 COLLECTIONS_OUTPUT = shapes.result({"collections": {"type": "array", "items": COLLECTION_INFO}})
@@ -42,12 +42,12 @@ class ListArguments:
     tags: tuple[str, ...] = a.field(a.TAGS, default=())
     doc_type: str | None = a.field(a.DOC_TYPE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
-    updated_since: str | None = a.field({"type": "string", "maxLength": 40}, default=None, description="ISO-8601 date or date-time")
+    updated_since: str | None = a.field({"type": "string", "maxLength": 40}, default=None, description="ISO date or date-time")
     since: str | None = a.field(a.TIME, default=None, description=a.SINCE_HELP)
     until: str | None = a.field(a.TIME, default=None, description=a.UNTIL_HELP)
     time_field: str = a.field(a.TIME_FIELD, default="created")
     limit: int = a.field(a.PAGE_LIMIT, default=20)
-    cursor: str | None = a.field({"type": "string", "maxLength": 200}, default=None, description="next_cursor from the previous page")
+    cursor: str | None = a.field({"type": "string", "maxLength": 200}, default=None)
 
 
 LIST_OUTPUT = shapes.result(
@@ -148,8 +148,8 @@ def render_list(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_collections",
-        description="List the collections with their document counts, or give name for one collection's "
-        "details (counts by doc_type, latest update).",
+        description="The collections with their document counts; name: one collection's details (counts by "
+        "doc_type, latest update).",
         arguments=CollectionsArguments,
         output_schema=COLLECTIONS_OUTPUT,
         handler=list_collections,
@@ -159,8 +159,8 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_list",
-        description="Browse documents by metadata (collection, tags, doc_type, source_path, since/until on "
-        "time_field), newest update first, a page at a time (cursor). Use kb_search to find by content.",
+        description="Browse documents by metadata, newest update first, a page at a time (cursor: the last "
+        "page's next_cursor). kb_search finds by content.",
         arguments=ListArguments,
         output_schema=LIST_OUTPUT,
         handler=list_documents,

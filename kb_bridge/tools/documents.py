@@ -15,8 +15,7 @@ from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 class GetArguments:
     document_id: int | None = a.field(a.DOCUMENT_ID, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
-    version: int | None = a.field({"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, default=None,
-                                  description="with document_id: that earlier version's text")
+    version: int | None = a.field({"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, default=None)
 
 
 GET_OUTPUT = shapes.result({"documents": {"type": "array", "items": shapes.VERSIONED_DOCUMENT}})
@@ -63,9 +62,9 @@ TOOLS = [
     ToolSpec(
         name="kb_get",
         description=(
-            "Fetch one document by document_id (with its full text, chunks and a note's versions; "
-            "version: an earlier text) or the documents stored under an exact source_path (metadata only). "
-            "Give exactly one of the two. To restore a version, kb_update_note with its text."
+            "One document by document_id (full text, chunks, a note's versions; version: that earlier text, "
+            "to restore with kb_update_note) or the documents at an exact source_path (metadata). Exactly one "
+            "of the two."
         ),
         arguments=GetArguments,
         output_schema=GET_OUTPUT,
@@ -109,7 +108,7 @@ def render_delete(result: Result) -> str:
 TOOLS.append(
     ToolSpec(
         name="kb_delete",
-        description="Delete a document (note or file) and its chunks for good. Deleting one that is already gone is not an error.",
+        description="Delete a document (note or file) and its chunks for good; one already gone is not an error.",
         arguments=DeleteArguments,
         output_schema=DELETE_OUTPUT,
         handler=delete,

@@ -19,11 +19,11 @@ from kb_bridge.tools.waiting import wait_for_job
 class AddNoteArguments:
     text: str = a.field(a.NOTE_TEXT)
     tags: tuple[str, ...] = a.field(a.TAGS, default=())
-    collection: str = a.field(a.COLLECTION, default=collection_tags.DEFAULT, description="use memory for agent memory")
+    collection: str = a.field(a.COLLECTION, default=collection_tags.DEFAULT)
     title: str | None = a.field(a.TITLE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
-    wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the note is searchable; returns its document_id")
-    allow_duplicate: bool = a.field(a.BOOLEAN, default=False, description="add even if the collection has this text")
+    wait: bool = a.field(a.BOOLEAN, default=False, description="return once searchable, with its document_id")
+    allow_duplicate: bool = a.field(a.BOOLEAN, default=False)
 
 
 ADDNOTE_OUTPUT = shapes.result(
@@ -45,10 +45,8 @@ class UpdateNoteArguments:
     document_id: int = a.field(a.DOCUMENT_ID)
     text: str | None = a.field(a.NOTE_TEXT, default=None)
     title: str | None = a.field(a.TITLE, default=None)
-    collection: str | None = a.field(a.COLLECTION, default=None, description="move the note to this collection")
-    expected_version: int | None = a.field(
-        {"type": "integer", "minimum": 1}, default=None, description="refuse with CONFLICT if the note changed since this version"
-    )
+    collection: str | None = a.field(a.COLLECTION, default=None)
+    expected_version: int | None = a.field({"type": "integer", "minimum": 1}, default=None)
 
 
 def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
@@ -145,10 +143,10 @@ TOOLS = [
     ToolSpec(
         name="kb_addnote",
         description=(
-            "Save a text note (a fact, a preference, a summary) to the knowledge base. "
-            "Use collection 'memory' for agent memory. Returns a job id; the note is searchable once indexed. "
-            "The same text twice in a collection is not added (duplicate_of); similar lists near matches. "
-            "To change a note use kb_update_note."
+            "Save a text note (a fact, a preference, a summary): collection memory for agent memory, documents "
+            "for the user's. Returns a job id; searchable once indexed. A text already in the collection is not "
+            "added again (duplicate_of); similar lists near matches. Update a stale note with kb_update_note "
+            "instead of adding one."
         ),
         arguments=AddNoteArguments,
         output_schema=ADDNOTE_OUTPUT,
@@ -159,9 +157,9 @@ TOOLS = [
     ToolSpec(
         name="kb_update_note",
         description=(
-            "Replace a note's text or title in place (same document_id, re-indexed), or move it to another "
-            "collection. Pass expected_version (from kb_get) to refuse silently overwriting a newer change. "
-            "Only notes can be updated, not uploaded files."
+            "Replace a note's text or title in place (same document_id, re-indexed) or move it to another "
+            "collection; notes only, not uploaded files. expected_version (from kb_get): refuse with CONFLICT "
+            "if the note changed since."
         ),
         arguments=UpdateNoteArguments,
         output_schema=shapes.result(shapes.DOCUMENT_FIELDS),

@@ -22,7 +22,7 @@ class RelatedArguments:
     chunk_id: int | None = a.field(a.DOCUMENT_ID, default=None)
     document_id: int | None = a.field(a.DOCUMENT_ID, default=None)
     top: int = a.field({"type": "integer", "minimum": 1, "maximum": 20}, default=5)
-    context: bool = a.field(a.BOOLEAN, default=False, description="include each hit's neighbouring chunks")
+    context: bool = a.field(a.BOOLEAN, default=False)
 
 
 CONTEXT = shapes.nullable({"type": "object", "properties": {"before": shapes.OPT_STR, "after": shapes.OPT_STR}})
@@ -94,8 +94,8 @@ def render_related(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_related",
-        description="Chunks from other documents most similar in meaning to a chunk (or to a document's first "
-        "chunk). context=true adds each hit's neighbouring chunks.",
+        description="Chunks of other documents closest in meaning to a chunk (or a document's first chunk); "
+        "context=true adds each hit's neighbouring chunks.",
         arguments=RelatedArguments,
         output_schema=RELATED_OUTPUT,
         handler=related,

@@ -12,11 +12,10 @@ from kb_bridge.tools import reach, render, time_range
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 DESCRIPTION = (
-    "Search the knowledge base; returns the best-matching chunks with their document ids. "
-    "collection scopes it (e.g. memory, documents); tags must all match. "
-    "For a complex question, search 2-3 differently phrased queries and merge the results by "
-    "chunk_id; then rerank by reading them yourself. mode: hybrid (default), fts (exact words), vector (meaning). "
-    "since/until filter by the documents' time_field."
+    "Search the knowledge base: the best-matching chunks, with their document ids. collection scopes it "
+    "(memory, documents, ...); tags must all match. For a complex question search 2-3 phrasings, merge by "
+    "chunk_id, then rerank by reading. mode: hybrid (default), fts (exact words), vector (meaning). "
+    "since/until filter on time_field."
 )
 
 

@@ -106,7 +106,7 @@ def render_jobs(result: Result) -> str:
 TOOLS = [
     ToolSpec(
         name="kb_status",
-        description="Engine health: version, embedding model, device, document and chunk counts, ingestion queue.",
+        description="Engine health: version, embedding model, device, document and chunk counts, queue.",
         arguments=a.NoArguments,
         output_schema=STATUS_OUTPUT,
         handler=status,
@@ -116,7 +116,7 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_jobs",
-        description="Recent ingestion jobs, newest first; filter by status (queued, running, done, failed, cancelled).",
+        description="Recent ingestion jobs, newest first, optionally of one status.",
         arguments=JobsArguments,
         output_schema=JOBS_OUTPUT,
         handler=jobs,

@@ -44,15 +44,15 @@ class StartArguments:
     collection: str = a.field(a.COLLECTION, default=collection_tags.DEFAULT)
     title: str | None = a.field(a.TITLE, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
-    sha256: str | None = a.field(SHA256, default=None, description="hex sha256 of the whole file, verified at finish")
+    sha256: str | None = a.field(SHA256, default=None, description="of the whole file, checked at finish")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ChunkArguments:
     upload_id: str = a.field(UPLOAD_ID)
-    data: str = a.field({"type": "string"}, description="standard base64 of the chunk's bytes")
+    data: str = a.field({"type": "string"})
     chunk_index: int = a.field({"type": "integer", "minimum": 0, "maximum": MAX_CHUNKS - 1})
-    sha256: str | None = a.field(SHA256, default=None, description="hex sha256 of this chunk's bytes")
+    sha256: str | None = a.field(SHA256, default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,12 +63,12 @@ class UploadIdArguments:
 @dataclass(frozen=True, kw_only=True)
 class FinishArguments:
     upload_id: str = a.field(UPLOAD_ID)
-    wait: bool = a.field(a.BOOLEAN, default=False, description="wait until the file is searchable (status done)")
+    wait: bool = a.field(a.BOOLEAN, default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StatusArguments:
-    upload_id: str | None = a.field(UPLOAD_ID, default=None, description="omit to list your open uploads")
+    upload_id: str | None = a.field(UPLOAD_ID, default=None)
 
 
 START_OUTPUT = shapes.result(
@@ -372,8 +372,8 @@ TOOLS = [
     ToolSpec(
         name="kb_upload_start",
         description=(
-            "Step 1 of 3 to add a file (txt, md, pdf, html, docx): declare filename and total_size in bytes; "
-            "returns upload_id and max_chunk_bytes. Then kb_upload_chunk for each chunk, then kb_upload_finish."
+            "Step 1 of 3 to add a file (txt, md, pdf, html, docx): filename and total_size in bytes; returns "
+            "upload_id and max_chunk_bytes. Then kb_upload_chunk per chunk, then kb_upload_finish."
         ),
         arguments=StartArguments,
         output_schema=START_OUTPUT,
@@ -384,8 +384,8 @@ TOOLS = [
     ToolSpec(
         name="kb_upload_chunk",
         description=(
-            "Step 2: send one chunk as base64, chunk_index from 0 in file order; chunks may arrive in any order "
-            "and resending the same chunk is safe. Optional sha256 of the chunk is verified."
+            "Step 2: one chunk's bytes as standard base64, chunk_index from 0 in file order; any order, and "
+            "resending is safe. A given sha256 (hex) of the chunk is checked."
         ),
         arguments=ChunkArguments,
         output_schema=CHUNK_OUTPUT,
@@ -397,8 +397,8 @@ TOOLS = [
     ToolSpec(
         name="kb_upload_finish",
         description=(
-            "Step 3: assemble the chunks, verify them and send the file for indexing; returns the job id. "
-            "With wait, returns once the file is searchable. Safe to repeat."
+            "Step 3: assemble, verify and index the file; returns the job id (with wait, once searchable). "
+            "Safe to repeat."
         ),
         arguments=FinishArguments,
         output_schema=FINISH_OUTPUT,
@@ -409,8 +409,8 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_upload_status",
-        description="Which chunks of an upload have arrived and which are missing (to resume an interrupted upload); "
-        "without upload_id, your open uploads.",
+        description="An upload's received and missing chunks (to resume it); without upload_id, your open "
+        "uploads.",
         arguments=StatusArguments,
         output_schema=STATUS_OUTPUT,
         handler=upload_status,
@@ -421,8 +421,8 @@ TOOLS = [
     ),
     ToolSpec(
         name="kb_upload_cancel",
-        description="Abandon an unfinished upload: its staged chunks are deleted and it no longer counts against your "
-        "upload limits. Cancelling again, or an unknown upload, is not an error.",
+        description="Abandon an unfinished upload, deleting its staged chunks (they stop counting against your "
+        "limits). Repeating it, or an unknown upload, is not an error.",
         arguments=UploadIdArguments,
         output_schema=CANCEL_OUTPUT,
         handler=cancel,
