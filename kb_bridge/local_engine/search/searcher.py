@@ -3,6 +3,7 @@
 Hybrid takes the best `candidates` of each signal, filtered the same way, and fuses them as fusion.py says
 (a weighted sum of cosine and BM25 on an absolute scale by default; reciprocal rank fusion on request), then
 adds context from adjacent notes of a collection (context.py) and, on request, diversity (diversity.py).
+Each returned hit carries the passage that matched (snippets.py).
 The BM25 query and the BM25 ceiling run in the request thread while the query is embedded on the query
 thread. The method, depth and weights come from the config, tuned on SciFact (docs/benchmarks.md).
 """
@@ -22,6 +23,7 @@ from ..store.base import JSON, DocumentFilter, Ranking, Store
 from .context import with_neighbours
 from .diversity import diversify
 from .fusion import Fusion
+from .snippets import snippets
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,11 +64,13 @@ class Searcher:
             query_vector = embedder.submit_query(request.query)  # on the query thread, while BM25 runs here
         ranked = self._rank(request, mode, query_vector)[: request.top_n]
         chunks = self._store.get_chunks([chunk_id for chunk_id, _ in ranked])
+        results = [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked if chunk_id in chunks]
+        passages = snippets(self._store, request.query, [str(hit["text"]) for hit in results])
         return {
             "query": request.query,
             "mode": mode,
             "took_ms": round((time.perf_counter() - started) * 1000, 3),
-            "results": [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked if chunk_id in chunks],
+            "results": [{**hit, "snippet": snippet} for hit, snippet in zip(results, passages, strict=True)],
         }
 
     def _rank(self, request: SearchRequest, mode: str, query_vector: Future[np.ndarray] | None) -> Ranking:

@@ -32,6 +32,17 @@ JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 PRIORITIES = ("bulk", "interactive")
 
 
+@dataclasses.dataclass(frozen=True)
+class Passage:
+    """A stretch of a chunk's text around the query's words: `text` starts at character `start` of the
+    chunk's text and each (start, end) of `highlights` is one matched word in `text` (characters, end
+    exclusive)."""
+
+    text: str
+    start: int
+    highlights: tuple[tuple[int, int], ...]
+
+
 def text_sha256(text: str) -> str:
     """The key of a chunk's text: with the title, it says whether a stored vector can be reused."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -370,6 +381,10 @@ class Store(Protocol):
 
     def text_score_ceiling(self, query: str) -> float:
         """The highest BM25 score a chunk could reach for this query (hybrid fusion's scale)."""
+
+    def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
+        """For each text (a hit's), its stretch of about `max_chars` characters that matches the query best in
+        the full-text index's terms, with the matched words; None where no word of the query is in it."""
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:

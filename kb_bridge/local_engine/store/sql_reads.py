@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotFound
 from . import adjacent
-from .base import JSON, DocumentFilter, Ranking
+from .base import JSON, DocumentFilter, Passage, Ranking
 
 if TYPE_CHECKING:
     from .derived import DerivedIndexes, Transactions
@@ -133,6 +133,10 @@ class SqlReads:
     def text_score_ceiling(self, query: str) -> float:
         text = self.indexes.text
         return text.score_ceiling(query) if text is not None else 0.0
+
+    def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
+        text = self.indexes.text
+        return text.passages(query, texts, max_chars) if text is not None else [None] * len(texts)
 
     def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
         mark = "%s" if self.kind == "postgresql" else "?"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tantivy
 
-from .base import DocumentFilter, Ranking
+from .base import DocumentFilter, Passage, Ranking
 from .query_terms import query_words
 
 ANALYZER = "kb_english"
@@ -41,6 +41,7 @@ _MAX_WORD = 40  # longer "words" are noise (hashes, base64) and are left out, as
 
 # (chunk id, document id, title, text, doc_type, tags): one chunk as the index holds it.
 ChunkRow = tuple[int, int, str, str, str, Sequence[str]]
+
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -162,6 +163,37 @@ class TextIndex:
             return []
         ids = searcher.fast_field_values("chunk", [address for _, address in hits])
         return [(int(chunk_id or 0), float(score)) for (score, _), chunk_id in zip(hits, ids, strict=True)]
+
+    def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
+        """For each text, the stretch of at most about `max_chars` characters whose words weigh most for this
+        query, by tantivy's snippet generator (a matched word weighs its IDF in this index), with the words it
+        matched; None for a text that holds none of the query's words (as this analyzer stems them)."""
+        tokens = self.tokens(query)
+        if not tokens or not texts:
+            return [None] * len(texts)
+        query_ = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", token)) for token in tokens]
+        )
+        generator = tantivy.SnippetGenerator.create(self._index.searcher(), query_, self._schema, "body")
+        generator.set_max_num_chars(max_chars)
+        found: list[Passage | None] = []
+        for text in texts:
+            snippet = generator.snippet_from_doc(tantivy.Document(body=text))
+            ranges = snippet.highlighted()
+            if not ranges:
+                found.append(None)
+                continue
+            # tantivy counts in UTF-8 bytes, on token (so character) boundaries; clients count characters.
+            encoded = text.encode()
+            where = snippet.fragment_range()
+            fragment = encoded[where.start:where.end]
+
+            def chars(offset: int, fragment: bytes = fragment) -> int:
+                return len(fragment[:offset].decode())
+
+            found.append(Passage(text=fragment.decode(), start=len(encoded[:where.start].decode()),
+                                 highlights=tuple((chars(r.start), chars(r.end)) for r in ranges)))
+        return found
 
     def score_ceiling(self, query: str) -> float:
         """The highest BM25 score a chunk could reach for this query, (k1 + 1) times the sum of its terms'
