@@ -113,6 +113,11 @@ CHUNK = obj(
     },
     required=[],
 )
+# A search hit (engine 3.11): a chunk and the passage of its text that matched, with the matched words as
+# [start, end) character offsets into that passage's text (docs/engine-api.md, "Chunk"); null from an older
+# engine.
+SNIPPET = obj({"text": STR, "start": INT, "highlights": {"type": "array", "items": {"type": "array", "items": INT}}})
+SEARCH_HIT = obj({**CHUNK["properties"], "snippet": nullable(SNIPPET)}, required=[])
 JOB = obj(
     {
         "id": INT,
@@ -216,6 +221,30 @@ def chunk(raw: Any) -> dict[str, Any]:
         "created_at": _opt(raw, "created_at", str),
         "updated_at": _opt(raw, "updated_at", str) or _opt(raw, "created_at", str),
     }
+
+
+def search_hit(raw: Any) -> dict[str, Any]:
+    """A chunk with its `snippet`: null when the engine sent none or one that does not fit its text."""
+    return {**chunk(raw), "snippet": _snippet(raw.get("snippet"))}
+
+
+def _snippet(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    text, start, pairs = raw.get("text"), raw.get("start"), raw.get("highlights")
+    if not isinstance(text, str) or not _is_int(start) or not isinstance(pairs, list):
+        return None
+    highlights = []
+    for pair in pairs:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_int(n) for n in pair)
+                and 0 <= pair[0] < pair[1] <= len(text)):
+            return None
+        highlights.append([pair[0], pair[1]])
+    return {"text": text, "start": start, "highlights": highlights}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def job(raw: Any) -> dict[str, Any]:

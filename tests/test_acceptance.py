@@ -38,6 +38,16 @@ async def test_search_posts_to_engine_and_returns_chunks_with_metadata(client: C
     assert "some text" in result.content[0].text
 
 
+async def test_search_hits_carry_the_engines_snippet_or_null(client: Client, engine: responses.RequestsMock) -> None:
+    snippet = {"text": "use git switch", "start": 3, "highlights": [[4, 7], [8, 14]]}
+    broken = {"text": "short", "start": 0, "highlights": [[2, 9]]}  # past its text: not passed on
+    engine.post(f"{API}/search", json=search_response(chunk(chunk_id=1, snippet=snippet),
+                                                        chunk(chunk_id=2, snippet=broken), chunk(chunk_id=3)))
+    result = await client.call_tool("kb_search", {"query": "git switch"})
+    assert not result.is_error  # the client validated the results against the output schema
+    assert [hit["snippet"] for hit in result.structured_content["results"]] == [snippet, None, None]
+
+
 async def test_search_with_collection_filter_adds_collection_tag(client: Client, engine: responses.RequestsMock) -> None:
     engine.post(f"{API}/search", json=search_response())
     await client.call_tool("kb_search", {"query": "email preferences", "collection": "memory"})

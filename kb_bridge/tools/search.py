@@ -33,7 +33,8 @@ class SearchArguments:
     time_field: str = a.field(a.TIME_FIELD, default="created")
 
 
-OUTPUT = shapes.result({"query": shapes.STR, "mode": shapes.STR, "results": {"type": "array", "items": shapes.CHUNK}})
+OUTPUT = shapes.result({"query": shapes.STR, "mode": shapes.STR,
+                        "results": {"type": "array", "items": shapes.SEARCH_HIT}})
 
 
 def engine_request(args: SearchArguments, collection: str | None = None) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def search(ctx: ToolContext, args: SearchArguments) -> Result:
     for collection in reach.collections_to_search(ctx.principal, args.collection):
         raw = ctx.engine.search(engine_request(args, collection))
         mode = mode or (raw.get("mode") if isinstance(raw.get("mode"), str) else None)
-        batches.append([shapes.chunk(hit) for hit in shapes.listed(raw, "results")])
+        batches.append([shapes.search_hit(hit) for hit in shapes.listed(raw, "results")])
     if not batches:
         engine_request(args)  # the same validation as any search, then nothing: no collection of its own is asked for
     return {"query": args.query, "mode": mode or fallback, "results": reach.merged_by_score(batches, args.top)}
