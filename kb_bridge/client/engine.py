@@ -285,8 +285,10 @@ class EngineClient:
         response = self._run(lambda: self._send(call), call)
         return response.content, response.headers.get("Content-Type", "application/octet-stream")
 
-    def list_tags(self, prefix: str | None = None) -> dict[str, Any]:
-        params = {"prefix": prefix} if prefix else None
+    def list_tags(self, prefix: str | None = None, within: str | None = None) -> dict[str, Any]:
+        """Tags with document counts; `within` (engine 3.11) counts only documents that also carry that tag,
+        and the answer names it (an older engine's answer does not: it counted every document)."""
+        params = {key: value for key, value in (("prefix", prefix), ("within", within)) if value} or None
         return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", retry_safe=True, params=params))
 
     def get_chunk(self, chunk_id: int) -> dict[str, Any]:

@@ -143,6 +143,19 @@ def test_list_tags_with_counts_and_prefix(client: FlaskClient) -> None:
     assert client.get(f"{API}/tags", query_string={"prefix": "collection_"}).json["tags"] == []
 
 
+def test_list_tags_within_one_tag_counts_only_documents_that_carry_it(client: FlaskClient) -> None:
+    add_note(client, "one", tags=["collection:memory", "x", "y"])
+    add_note(client, "two", tags=["collection:memory", "x"])
+    add_note(client, "three", tags=["collection:work", "x", "z"])
+    within = client.get(f"{API}/tags", query_string={"within": "collection:memory"}).json
+    assert within == {"within": "collection:memory", "tags": [
+        {"name": "collection:memory", "documents": 2}, {"name": "x", "documents": 2}, {"name": "y", "documents": 1}]}
+    both = client.get(f"{API}/tags", query_string={"within": "collection:work", "prefix": "z"}).json
+    assert both["tags"] == [{"name": "z", "documents": 1}]
+    assert client.get(f"{API}/tags", query_string={"within": "nobody"}).json == {"within": "nobody", "tags": []}
+    assert "within" not in client.get(f"{API}/tags").json
+
+
 def test_patch_note_rechunks_keeps_identity_and_bumps_version(vector_app: flask.Flask) -> None:
     client = vector_app.test_client()
     note = add_note(client, "The meeting is on Monday about the quarterly budget.", tags=["collection:memory"])

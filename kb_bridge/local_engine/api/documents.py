@@ -142,7 +142,13 @@ def remove_tag(doc_id: int, tag: str) -> dict[str, object]:
 
 @blueprint.get("/api/v1/tags")
 def list_tags() -> dict[str, object]:
-    return {"tags": current_engine().store.list_tags(validation.arg_string("prefix"))}
+    """Tags with their document counts; `within` (3.11) counts only the documents that carry that tag too
+    (the console's tags per collection), and the answer names it, so that a client can tell an engine that
+    ignored it."""
+    within = validation.arg_string("within")
+    found = current_engine().store.list_tags(validation.arg_string("prefix"),
+                                             validation.check_tag(within, "within") if within else None)
+    return {"tags": found, **({"within": within} if within else {})}
 
 
 def if_match_versions() -> frozenset[str] | None:

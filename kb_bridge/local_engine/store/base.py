@@ -332,7 +332,9 @@ class Store(Protocol):
                    now: str) -> JSON:
         """change_tags with both lists and `if_match`."""
 
-    def list_tags(self, prefix: str | None) -> list[JSON]: ...
+    def list_tags(self, prefix: str | None, within: str | None = None) -> list[JSON]:
+        """[{name, documents}] by name; with `within`, counting only documents that also carry that tag."""
+        ...
 
     def original(self, doc_id: int) -> tuple[str | None, str, Iterator[bytes]]:
         """(file name, content type, the bytes in pieces) of a file document as uploaded; NotFound when

@@ -87,9 +87,9 @@ class SqlReads:
         with self.db.snapshot() as conn:
             return self.sql_documents.list_documents(conn, where, limit, offset)
 
-    def list_tags(self, prefix: str | None) -> list[JSON]:
+    def list_tags(self, prefix: str | None, within: str | None = None) -> list[JSON]:
         with self.db.snapshot() as conn:
-            return self.sql_documents.list_tags(conn, prefix)
+            return self.sql_documents.list_tags(conn, prefix, within)
 
     def counts(self) -> dict[str, int]:
         with self.db.snapshot() as conn:

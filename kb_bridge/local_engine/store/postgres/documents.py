@@ -243,11 +243,13 @@ def tag_state(conn: Any, doc_id: int) -> dict[str, object]:
     return {"id": doc_id, "tags": tags_of(conn, [doc_id])[doc_id], "version": version}
 
 
-def list_tags(conn: Any, prefix: str | None) -> list[dict[str, object]]:
-    sql, params = "SELECT tag, COUNT(*) FROM document_tags", []
+def list_tags(conn: Any, prefix: str | None, within: str | None = None) -> list[dict[str, object]]:
+    sql, params = "SELECT t.tag, COUNT(*) FROM document_tags t", []
+    if within:
+        sql, params = sql + " JOIN document_tags w ON w.document_id = t.document_id AND w.tag = %s", [within]
     if prefix:
-        sql, params = sql + " WHERE left(tag, %s) = %s", [len(prefix), prefix]
-    return [{"name": r[0], "documents": int(r[1])} for r in conn.execute(sql + " GROUP BY tag ORDER BY tag", params)]
+        sql, params = sql + " WHERE left(t.tag, %s) = %s", [*params, len(prefix), prefix]
+    return [{"name": r[0], "documents": int(r[1])} for r in conn.execute(sql + " GROUP BY t.tag ORDER BY t.tag", params)]
 
 
 def get_chunks(conn: Any, chunk_ids: Sequence[int]) -> dict[int, dict[str, object]]:

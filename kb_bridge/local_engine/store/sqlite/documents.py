@@ -270,13 +270,16 @@ def change_tags(
     return tag_state(conn, doc_id)
 
 
-def list_tags(conn: sqlite3.Connection, prefix: str | None) -> list[dict[str, object]]:
-    sql = "SELECT tag, COUNT(*) FROM document_tags"
+def list_tags(conn: sqlite3.Connection, prefix: str | None, within: str | None = None) -> list[dict[str, object]]:
+    sql = "SELECT t.tag, COUNT(*) FROM document_tags t"
     params: list[object] = []
+    if within:
+        sql += " JOIN document_tags w ON w.document_id = t.document_id AND w.tag = ?"
+        params.append(within)
     if prefix:
-        sql += " WHERE substr(tag, 1, ?) = ?"
-        params = [len(prefix), prefix]
-    rows = conn.execute(sql + " GROUP BY tag ORDER BY tag", params)
+        sql += " WHERE substr(t.tag, 1, ?) = ?"
+        params += [len(prefix), prefix]
+    rows = conn.execute(sql + " GROUP BY t.tag ORDER BY t.tag", params)
     return [{"name": row[0], "documents": row[1]} for row in rows]
 
 
