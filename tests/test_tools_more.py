@@ -199,6 +199,29 @@ async def test_update_text_and_move_together(client: Client, engine: responses.R
 
 
 
+async def test_update_tags_replaces_the_notes_own_tags_in_one_step_keeping_its_collection(
+    client: Client, engine: responses.RequestsMock,
+) -> None:
+    engine.get(f"{API}/documents/42", json=document(42, version=3, tags=["collection:memory", "old", "kept"]))
+    engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:memory", "kept", "new"], "version": 4})
+    result = await client.call_tool("kb_update_note", {"document_id": 42, "tags": ["kept", "new"], "expected_version": 3})
+    assert not result.is_error, result
+    patched = calls_to(engine, "PATCH", "/documents/42/tags")
+    assert body(patched[0]) == {"add": ["new"], "remove": ["old"]}
+    assert patched[0].request.headers["If-Match"] == '"3"'
+    reserved = await client.call_tool("kb_update_note", {"document_id": 42, "tags": ["collection:elsewhere"]})
+    assert reserved.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert len(calls_to(engine, "PATCH", "/documents/42/tags")) == 1
+
+
+async def test_update_tags_of_a_note_changed_since_is_a_conflict(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/42", json=document(42, version=5, tags=["collection:memory", "old"]))
+    result = await client.call_tool("kb_update_note", {"document_id": 42, "tags": ["new"], "expected_version": 4})
+    assert result.structured_content["error"]["code"] == "CONFLICT"
+    assert result.structured_content["error"]["current_version"] == 5
+    assert not calls_to(engine, "PATCH", "/documents/42/tags")
+
+
 async def test_a_move_without_the_tags_patch_removes_first_and_puts_the_old_collection_back_if_the_add_fails(
         client: Client, engine: responses.RequestsMock) -> None:
     # An engine without PATCH /documents/{id}/tags that refuses the new collection tag: its tags as they change.

@@ -52,6 +52,36 @@ def move(ctx: ToolContext, document_id: int, collection: str, expected_version: 
     raise Conflict("the document kept changing while it was being moved; try again")
 
 
+def retag(ctx: ToolContext, document_id: int, tags: list[str], expected_version: int | None) -> Result:
+    """Give a document exactly these tags of its own (its collection tag stays): one engine step, conditional
+    on the version just read, as a move is; with `expected_version`, refuse (CONFLICT) if it changed since."""
+    for _ in range(ATTEMPTS):
+        raw = ctx.engine.get_document(document_id)
+        version = _version(raw, expected_version)
+        own = [tag for tag in shapes.document_tags(raw) if not collection_tags.is_collection_tag(tag)]
+        add, remove = [tag for tag in tags if tag not in own], [tag for tag in own if tag not in tags]
+        if not add and not remove:
+            return shapes.document(raw)
+        try:
+            ctx.engine.patch_tags(document_id, add, remove, if_match=version)
+        except Conflict as exc:
+            if exc.details.get("reason") != "version_mismatch":
+                raise
+            if expected_version is not None:
+                raise version_conflict(None) from None
+            continue
+        except (EngineUnsupported, NotFound) as exc:
+            if isinstance(exc, NotFound):
+                ctx.engine.get_document(document_id)  # the document still exists: the endpoint does not
+            # An engine before 3.1: the steps one by one (the collection tag is never touched).
+            for tag in remove:
+                ctx.engine.remove_tag(document_id, tag)
+            if add:
+                ctx.engine.add_tags(document_id, add)
+        return shapes.document(ctx.engine.get_document(document_id))
+    raise Conflict("the document kept changing while its tags were being changed; try again")
+
+
 def _move_in_steps(ctx: ToolContext, document_id: int, target: str, expected_version: int | None) -> Result:
     """Remove the old collection tags, then add the new one (the spec's order), holding the document's move
     lock; a failed step is undone."""

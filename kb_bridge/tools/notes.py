@@ -10,7 +10,7 @@ from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import Conflict, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
-from kb_bridge.tools.moves import move, version_conflict
+from kb_bridge.tools.moves import move, retag, version_conflict
 from kb_bridge.tools.similar import SIMILAR, similar_notes
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 from kb_bridge.tools.waiting import wait_for_job
@@ -46,6 +46,7 @@ class UpdateNoteArguments:
     text: str | None = a.field(a.NOTE_TEXT, default=None)
     title: str | None = a.field(a.TITLE, default=None)
     collection: str | None = a.field(a.COLLECTION, default=None)
+    tags: tuple[str, ...] | None = a.field(a.TAGS, default=None, description="replaces the note's own tags")
     expected_version: int | None = a.field({"type": "integer", "minimum": 1}, default=None)
 
 
@@ -84,8 +85,9 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
     expected = args.expected_version
     changes: dict[str, Any] = {key: getattr(args, key) for key in ("text", "title") if getattr(args, key) is not None}
     new_collection = args.collection
-    if not changes and new_collection is None:
-        raise InvalidArgument("text", "give at least one of text, title or collection to change")
+    tags = collection_tags.check_user_tags(args.tags) if args.tags is not None else None
+    if not changes and new_collection is None and tags is None:
+        raise InvalidArgument("text", "give at least one of text, title, tags or collection to change")
     if new_collection is not None:
         reach.require_writable(ctx.principal, new_collection)
     # A limited token reads the note first (elsewhere: NOT_FOUND, as if missing); a move alone reuses that read.
@@ -99,6 +101,9 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
             raise NotANote()
     if expected is not None and document["version"] != expected:
         raise version_conflict(document["version"])
+    if tags is not None:
+        document = retag(ctx, document_id, tags, expected)
+        expected = None  # checked by the engine's If-Match
     if new_collection is not None and document["collection"] != new_collection:
         document = move(ctx, document_id, new_collection, expected)
     return document
@@ -157,7 +162,7 @@ TOOLS = [
     ToolSpec(
         name="kb_update_note",
         description=(
-            "Replace a note's text or title in place (same document_id, re-indexed) or move it to another "
+            "Replace a note's text, title or tags in place (same document_id, re-indexed) or move it to another "
             "collection; notes only, not uploaded files. expected_version (from kb_get): refuse with CONFLICT "
             "if the note changed since."
         ),
