@@ -244,11 +244,14 @@ def tag_state(conn: Any, doc_id: int) -> dict[str, object]:
 
 
 def list_tags(conn: Any, prefix: str | None, within: str | None = None) -> list[dict[str, object]]:
-    sql, params = "SELECT t.tag, COUNT(*) FROM document_tags t", []
+    sql = "SELECT t.tag, COUNT(*) FROM document_tags t"
+    params: list[object] = []
     if within:
-        sql, params = sql + " JOIN document_tags w ON w.document_id = t.document_id AND w.tag = %s", [within]
+        sql += " JOIN document_tags w ON w.document_id = t.document_id AND w.tag = %s"
+        params.append(within)
     if prefix:
-        sql, params = sql + " WHERE left(t.tag, %s) = %s", [*params, len(prefix), prefix]
+        sql += " WHERE left(t.tag, %s) = %s"
+        params += [len(prefix), prefix]
     return [{"name": r[0], "documents": int(r[1])} for r in conn.execute(sql + " GROUP BY t.tag ORDER BY t.tag", params)]
 
 
