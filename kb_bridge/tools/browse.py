@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kb_bridge import collection_tags, shapes
-from kb_bridge.errors import InvalidArgument, NotFound
+from kb_bridge.errors import EngineUnsupported, InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render, time_range
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
@@ -79,6 +79,24 @@ def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
                 })
         return {"collections": sorted(found, key=lambda c: c["name"])}
     return {"collections": [collection_details(ctx, name)]}
+
+
+def tags_by_collection(ctx: ToolContext) -> list[dict[str, Any]]:
+    """[{collection, tags: [{name, documents}]}] for each collection the principal sees, the collection tags
+    left out (they are the collections): the console's tags page. Needs an engine that counts tags within a
+    tag (3.11, `within`): an older one counts every document, which could show a limited token counts from
+    collections it may not see, so it is ENGINE_UNSUPPORTED."""
+    found = []
+    for collection in list_collections(ctx, CollectionsArguments())["collections"]:
+        tag = collection_tags.tag_for(collection["name"])
+        raw = ctx.engine.list_tags(within=tag)
+        if raw.get("within") != tag:
+            raise EngineUnsupported("counting tags per collection needs engine 3.11 (GET /tags?within=)")
+        own = [{"name": t["name"], "documents": t["documents"] if isinstance(t.get("documents"), int) else 0}
+               for t in shapes.listed(raw, "tags")
+               if isinstance(t, dict) and isinstance(t.get("name"), str) and not collection_tags.is_collection_tag(t["name"])]
+        found.append({"collection": collection["name"], "documents": collection["documents"], "tags": own})
+    return found
 
 
 def collection_details(ctx: ToolContext, name: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ carries the session's CSRF token (a form field or the X-CSRF-Token header), else
 (guard.py). Sign-in itself is protected by a double-submit token (sign_in.py).
 
 One blueprint (state.py) that each module registers on: the guard (guard.py), the headers and error pages
-(headers.py), and the pages (sign_in.py, search.py, browse.py, documents.py, history.py, jobs.py, uploads.py). The views
+(headers.py), and the pages (sign_in.py, search.py, browse.py, documents.py, history.py, jobs.py, uploads.py; writing.py and
+tags.py for curating). The views
 read the bridge, the authenticator, the sessions and the tool offer from the app (state.Console, set once
 by `register`).
 
@@ -36,6 +37,7 @@ def register(app: Flask, bridge: Bridge, authenticator: Authenticator,
     # Imported here, as the engine's api/ imports its blueprints, so that importing the package does no work;
     # importing a module is what adds its views (and the guard, headers and error pages) to the blueprint.
     from kb_bridge.web.console import browse, documents, guard, headers, history, jobs, search, sign_in, uploads  # noqa: F401
+    from kb_bridge.web.console import tags, writing  # noqa: F401
     from kb_bridge.web.console.state import EXTENSION, Console, blueprint
 
     app.extensions[EXTENSION] = Console.build(bridge, authenticator, available)

@@ -17,5 +17,8 @@ def collections_page() -> ResponseReturnValue:
 @blueprint.get("/collections/<name>")
 def collection_page(name: str) -> ResponseReturnValue:
     cursor = request.args.get("cursor")
-    listed = call("kb_list", {"collection": name, "limit": 100, **({"cursor": cursor} if cursor else {})})
-    return render_template("collection.html", title=f"Collection {name}", name=name, listed=listed)
+    tag = request.args.get("tag")  # from the tags page: the documents of this collection with that tag
+    listed = call("kb_list", {"collection": name, "limit": 100, **({"cursor": cursor} if cursor else {}),
+                              **({"tags": [tag]} if tag else {})})
+    heading = f"Collection {name}" + (f", tag {tag}" if tag else "")
+    return render_template("collection.html", title=heading, heading=heading, name=name, tag=tag, listed=listed)

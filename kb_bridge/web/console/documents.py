@@ -7,15 +7,19 @@ from flask import abort, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from kb_bridge.errors import Conflict
-from kb_bridge.web.console.state import blueprint, call, require
+from kb_bridge.web.console.choices import collection_choices
+from kb_bridge.web.console.state import blueprint, call, require, usable
+from kb_bridge.web.console.writing import MEMORY
 
 
 @blueprint.get("/documents/<int:document_id>")
 def document(document_id: int) -> ResponseReturnValue:
     found = call("kb_get", {"document_id": document_id})["documents"][0]
+    # The details form (writing.py) offers the collections a note may move to.
+    curating = found["doc_type"] in (None, "note") and usable("kb_update_note")
     return render_template("document.html", title=found["title"] or f"Document {document_id}", doc=found,
                            text=found.get("content") or "", version=found["version"], conflict=None,
-                           saved=request.args.get("saved"))
+                           saved=request.args.get("saved"), collections=collection_choices(MEMORY) if curating else [])
 
 
 @blueprint.post("/documents/<int:document_id>")

@@ -14,6 +14,7 @@ from flask.typing import ResponseReturnValue
 from kb_bridge import collection_tags as collection_names
 from kb_bridge.errors import InvalidArgument, KbError
 from kb_bridge.tools.spec import Result
+from kb_bridge.web.console.choices import collection_choices, preselected
 from kb_bridge.web.console.offer import UPLOAD_TOOLS
 from kb_bridge.web.console.state import blueprint, call, current_console, principal, require, usable, wants_json
 
@@ -23,13 +24,9 @@ logger = logging.getLogger(__name__)
 @blueprint.get("/upload")
 def upload_page() -> ResponseReturnValue:
     require(*UPLOAD_TOOLS)
-    names = [c["name"] for c in call("kb_collections", {})["collections"]] if usable("kb_collections") else []
-    if principal().collections is not None:
-        names = sorted(principal().collections or ())
-    elif collection_names.DEFAULT not in names:
-        names = [collection_names.DEFAULT, *names]
+    names = collection_choices()
     extensions = current_console().bridge.settings.uploads.extensions
-    return render_template("upload.html", title="Upload", collections=names, default=collection_names.DEFAULT,
+    return render_template("upload.html", title="Upload", collections=names, default=preselected(names),
                            extensions=", ".join(extensions), accept=",".join(f".{e}" for e in extensions))
 
 
