@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from kb_bridge import __version__, shapes
+from kb_bridge.auth.principal import Principal
+from kb_bridge.client.engine import EngineClient
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
@@ -62,15 +64,25 @@ def allowed_fields(value: Mapping[str, Any], allowed: AllowedFields) -> dict[str
 
 
 def jobs(ctx: ToolContext, args: JobsArguments) -> Result:
-    raw = ctx.engine.list_jobs(args.status, args.limit)
+    listed, total, _read = visible_jobs(ctx.engine, ctx.principal, args.status, args.limit)
+    return {"jobs": listed, "total": len(listed) if total is None else total}
+
+
+def visible_jobs(
+    engine: EngineClient, principal: Principal, status: str | None, limit: int, offset: int = 0,
+) -> tuple[list[dict[str, Any]], int | None, int]:
+    """(the jobs of the engine's page at `offset` that the principal may see, the engine's total or None when
+    the principal sees only some jobs, how many jobs the engine's page held): kb_jobs and the console's jobs
+    page, which pages by the engine's offsets."""
+    raw = engine.list_jobs(status, limit, offset)
     listed = [shapes.job(j) for j in shapes.listed(raw, "jobs")]
-    if ctx.principal.limited:
+    read = len(listed)
+    if principal.limited:
         # The rule every job view shares (reach.job_visible): where its document is, else where it files.
         documents: dict[int, bool] = {}
-        listed = [job for job in listed if reach.job_visible(ctx.engine, ctx.principal, job, documents)]
-        return {"jobs": listed, "total": len(listed)}
+        return [job for job in listed if reach.job_visible(engine, principal, job, documents)], None, read
     total = raw.get("total")
-    return {"jobs": listed, "total": total if isinstance(total, int) else len(listed)}
+    return listed, total if isinstance(total, int) else None, read
 
 
 def render_status(result: Result) -> str:

@@ -102,3 +102,42 @@ function watch(url, item) {
 }
 
 class Stop extends Error {}
+
+// The jobs page's live status: while a job on the page is queued or running, ask the page's own URL for
+// JSON (the same jobs) and update the rows in place; without this script the page refreshes itself.
+document.addEventListener("DOMContentLoaded", () => {
+  const table = document.getElementById("jobs-table");
+  if (table && table.dataset.live) followJobs(table, table.dataset.live);
+});
+
+function followJobs(table, url) {
+  fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin", redirect: "manual" })
+    .then((response) => {
+      if (!response.ok) throw new Stop(`${response.status}`);
+      return response.json();
+    })
+    .then((reply) => {
+      let live = false;
+      for (const job of reply.jobs) {
+        const row = table.querySelector(`tr[data-job="${job.id}"]`);
+        if (!row) continue;
+        live = live || job.live;
+        for (const field of ["status", "finished", "duration", "error"]) {
+          const cell = row.querySelector(`[data-field="${field}"]`);
+          const value = job[field] || "";
+          if (cell && cell.textContent !== value) cell.textContent = value;
+        }
+        const cell = row.querySelector('[data-field="document"]');
+        if (cell && job.document_url && !cell.querySelector("a")) {
+          const a = document.createElement("a");
+          a.href = job.document_url;
+          a.textContent = `Document ${job.document_id}`;
+          cell.append(a);
+        }
+      }
+      if (live) setTimeout(() => followJobs(table, url), 1000);
+    })
+    .catch((error) => {
+      if (!(error instanceof Stop)) setTimeout(() => followJobs(table, url), 2000); // a passing failure
+    });
+}
