@@ -2,7 +2,8 @@
 distribution's chromium) against a real gunicorn bridge and the real local engine (issue 39 items 2 and 3):
 a new note, a note's title, tags and collection (a move, and a conflict), the tags page, the jobs page's
 filter, paging, links and live status (with and without JavaScript), keyboard-only use, axe-core, phone
-width, and what a read-only and a collection-limited token see and may send."""
+width, and what a read-only and a collection-limited token see and may send. Screenshots go to docs/ with
+KB_CONSOLE_SCREENSHOTS_TO_DOCS=1, for the README."""
 
 from __future__ import annotations
 
@@ -93,6 +94,11 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
+def shot(page: Any, name: str) -> None:
+    if os.environ.get("KB_CONSOLE_SCREENSHOTS_TO_DOCS") == "1":
+        page.screenshot(path=str(REPO / "docs" / f"console-{name}.png"))
+
+
 def signed_in(browser: Any, console: Console, token: str = ADMIN, **context: Any) -> Any:
     page = browser.new_context(**context).new_page()
     page.goto(console.ui + "/sign-in")
@@ -112,6 +118,7 @@ def test_a_new_note_from_the_form_is_stored_with_its_collection_and_tags(browser
     page.get_by_label("Tags").fill(f"reedbed-{SUFFIX}, booming")
     text = f"Bitterns boom from the reedbeds at dawn {SUFFIX}."
     page.get_by_label("Text").fill(text)
+    shot(page, "new-note")
     page.get_by_role("button", name="Add note").click()
     # The job page follows the note until it is searchable, then links to it.
     link = page.get_by_role("status").get_by_role("link")
@@ -148,6 +155,7 @@ def test_edit_title_and_tags_and_move_then_a_conflict_changes_nothing(browser: A
     stored = console.document(document_id)
     assert stored["title"] == f"Water rail {SUFFIX}"
     assert sorted(stored["tags"]) == sorted([f"collection:{AWAY}", "skulker", "marsh"])
+    shot(page, "details")
 
     # An agent changes the note after the page loaded: the page's change is refused, nothing overwritten.
     page.reload()
@@ -177,6 +185,7 @@ def test_the_tags_page_counts_per_collection_and_links_to_the_documents(browser:
     away = page.locator("section", has=page.get_by_role("heading", name=AWAY))
     expect(away.locator("li", has_text=tag)).to_contain_text("1")
     assert "collection:" not in page.locator("main").inner_text()  # the collection tags are the headings
+    shot(page, "tags")
     home.get_by_role("link", name=tag).click()
     expect(page.get_by_role("heading", level=1)).to_have_text(f"Collection {HOME}, tag {tag}")
     hrefs = {a.get_attribute("href") for a in page.locator("ul.plain a").all()}
@@ -200,6 +209,7 @@ def test_jobs_page_in_words_with_times_filter_and_a_link_to_the_document(
     assert row.locator("td").nth(3).inner_text().startswith("20")  # created, to the second
     assert row.locator('[data-field="duration"]').inner_text().endswith("s")
     assert "a update" not in page.locator("main").inner_text() and "a note" not in page.locator("main").inner_text()
+    shot(page, "job-queue")
 
     page.get_by_label("Status").select_option("failed")
     page.get_by_role("button", name="Show").click()

@@ -30,6 +30,8 @@ def _when(stamp: str | None) -> datetime | None:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 0.1:
+        return "under 0.1 s"
     if seconds < 60:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(int(seconds), 60)
