@@ -38,6 +38,7 @@ ENGINE_AUTH = {"Authorization": f"Bearer {ENGINE_KEY}"}
 class Console:
     bridge: Service
     engine: Service
+    away_document: int = 0  # a note in AWAY, which the limited token may not see
 
     @property
     def ui(self) -> str:
@@ -80,7 +81,7 @@ def console(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     found = Console(bridge, engine)
     # Both collections exist from the start, so the forms can offer them.
     found.add_note(f"Herons stand still in the shallows {SUFFIX}.", f"Heron {SUFFIX}", HOME, ("wader",))
-    found.add_note(f"Egrets grow plumes in spring {SUFFIX}.", f"Egret {SUFFIX}", AWAY, ("secret-away",))
+    found.away_document = found.add_note(f"Egrets grow plumes in spring {SUFFIX}.", f"Egret {SUFFIX}", AWAY, ("secret-away",))
     yield found
     bridge.stop()
 
@@ -356,7 +357,16 @@ def test_a_collection_limited_token_sees_and_targets_only_its_collection(browser
     assert [h.split()[0] for h in headings] == [HOME]
     assert "secret-away" not in page.content()
     page.get_by_role("link", name="Jobs").click()
-    assert AWAY not in page.content()
+    shown: set[int] = set()
+    while True:  # every page of jobs: only jobs whose documents are in HOME
+        hrefs = page.locator('[data-field="document"] a').evaluate_all("links => links.map(a => a.href)")
+        shown |= {int(h.rsplit("/", 1)[1]) for h in hrefs}
+        older = page.get_by_role("link", name="Older jobs")
+        if older.count() == 0:
+            break
+        older.click()
+    assert document_id in shown and console.away_document not in shown
+    assert all(f"collection:{HOME}" in console.document(d)["tags"] for d in shown)
 
     # A forged move into a collection it may not see is refused with the tool's reason; nothing moves.
     csrf = page.locator('input[name="csrf_token"]').first.get_attribute("value")
