@@ -92,13 +92,15 @@ def sign_in(bridge: Service, token: str = "") -> requests.Session:
 
 
 def stand_in_answers(method: str, path: str) -> tuple[int, Any] | None:
-    """The engine stand-in knows one note, and takes any update of it (the bridge's own checks are what is tested)."""
+    """The engine stand-in knows one note and no collections, and takes any update of it (the bridge's own checks are what is tested)."""
     if method == "GET" and path.startswith(f"/api/v1/documents/{NOTE_ID}/versions"):
         return 200, {"versions": []}
     if method == "GET" and path.startswith(f"/api/v1/documents/{NOTE_ID}"):
         return 200, document(NOTE_ID, content="the note as it was", version=1)
     if method == "PATCH" and path.startswith(f"/api/v1/notes/{NOTE_ID}"):
         return 200, document(NOTE_ID, version=2)
+    if method == "GET" and path.startswith("/api/v1/tags"):
+        return 200, {"tags": []}  # a note's page offers the collections it may move to (issue 39)
     return None
 
 
