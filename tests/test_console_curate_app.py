@@ -29,11 +29,11 @@ def signed_in(bridge: Bridge) -> FlaskClient:
 def test_the_tags_page_refuses_an_engine_that_cannot_count_within_a_collection(
     bridge: Bridge, engine: responses.RequestsMock,
 ) -> None:
-    # An engine before 3.11 ignores `within` and counts every document: no counts that could mislead.
+    # An engine before 3.12 ignores `within` and counts every document: no counts that could mislead.
     engine.get(f"{API}/tags", json={"tags": [{"name": "collection:memory", "documents": 3}, {"name": "x", "documents": 9}]})
     answer = signed_in(bridge).get("/ui/tags", headers=JSON)
     assert answer.status_code == 502
-    assert "ENGINE_UNSUPPORTED" in answer.get_json()["error"] and "3.11" in answer.get_json()["error"]
+    assert "ENGINE_UNSUPPORTED" in answer.get_json()["error"] and "3.12" in answer.get_json()["error"]
 
 
 def test_the_tags_page_lists_each_collections_own_tags(bridge: Bridge, engine: responses.RequestsMock) -> None:

@@ -286,7 +286,7 @@ class EngineClient:
         return response.content, response.headers.get("Content-Type", "application/octet-stream")
 
     def list_tags(self, prefix: str | None = None, within: str | None = None) -> dict[str, Any]:
-        """Tags with document counts; `within` (engine 3.11) counts only documents that also carry that tag,
+        """Tags with document counts; `within` (engine 3.12) counts only documents that also carry that tag,
         and the answer names it (an older engine's answer does not: it counted every document)."""
         params = {key: value for key, value in (("prefix", prefix), ("within", within)) if value} or None
         return self._json(Call("GET", f"{API}/tags", "GET /tags", "tags", retry_safe=True, params=params))

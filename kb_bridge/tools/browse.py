@@ -84,14 +84,14 @@ def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
 def tags_by_collection(ctx: ToolContext) -> list[dict[str, Any]]:
     """[{collection, tags: [{name, documents}]}] for each collection the principal sees, the collection tags
     left out (they are the collections): the console's tags page. Needs an engine that counts tags within a
-    tag (3.11, `within`): an older one counts every document, which could show a limited token counts from
+    tag (3.12, `within`): an older one counts every document, which could show a limited token counts from
     collections it may not see, so it is ENGINE_UNSUPPORTED."""
     found = []
     for collection in list_collections(ctx, CollectionsArguments())["collections"]:
         tag = collection_tags.tag_for(collection["name"])
         raw = ctx.engine.list_tags(within=tag)
         if raw.get("within") != tag:
-            raise EngineUnsupported("counting tags per collection needs engine 3.11 (GET /tags?within=)")
+            raise EngineUnsupported("counting tags per collection needs engine 3.12 (GET /tags?within=)")
         own = [{"name": t["name"], "documents": t["documents"] if isinstance(t.get("documents"), int) else 0}
                for t in shapes.listed(raw, "tags")
                if isinstance(t, dict) and isinstance(t.get("name"), str) and not collection_tags.is_collection_tag(t["name"])]

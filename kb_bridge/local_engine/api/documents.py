@@ -142,7 +142,7 @@ def remove_tag(doc_id: int, tag: str) -> dict[str, object]:
 
 @blueprint.get("/api/v1/tags")
 def list_tags() -> dict[str, object]:
-    """Tags with their document counts; `within` (3.11) counts only the documents that carry that tag too
+    """Tags with their document counts; `within` (3.12) counts only the documents that carry that tag too
     (the console's tags per collection), and the answer names it, so that a client can tell an engine that
     ignored it."""
     within = validation.arg_string("within")
