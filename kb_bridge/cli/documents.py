@@ -77,6 +77,13 @@ def add_arguments(commands: Any) -> None:
     delete.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def _passage(hit: dict[str, Any]) -> str:
+    """The passage that matched (the engine's `snippet`, 3.11), else the hit's text from its start."""
+    snippet = hit.get("snippet")
+    text = snippet.get("text") if isinstance(snippet, dict) else None
+    return " ".join(str(text or hit.get("text") or "").split())
+
+
 def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     arguments: dict[str, Any] = {"query": args.query, "top": args.top}
     for key in ("collection", "mode"):
@@ -89,7 +96,7 @@ def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     rows = [
         (f"{hit['score']:.3f}" if isinstance(hit.get("score"), (int, float)) else "-", str(hit["document_id"]),
          hit.get("collection") or "-", hit.get("title") or hit.get("source_path") or "(untitled)",
-         " ".join(str(hit.get("text") or "").split()))
+         _passage(hit))
         for hit in result["results"]
     ]
     if not rows:

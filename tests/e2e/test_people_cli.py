@@ -78,6 +78,20 @@ def test_add_search_get_delete_and_their_exit_codes(engine: Service) -> None:
     assert kb(engine, "add", "x", "--collection", "Not A Name").returncode == 2
 
 
+def test_search_shows_the_passage_that_matched_not_the_start_of_the_chunk(engine: Service) -> None:
+    filler = " ".join(f"Gannets plunge for fish at sea, colony {n}." for n in range(20))
+    text = f"{filler} Albatrosses glide for hours without a wingbeat {SUFFIX}."
+    assert kb(engine, "add", text, "--collection", COLLECTION).returncode == 0
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "COLUMNS": "400"})
+    found = subprocess.run([sys.executable, "-m", "kb_bridge", "search", f"albatrosses wingbeat {SUFFIX}",
+                            "--collection", COLLECTION, "--top", "1", "--mode", "fts"],
+                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert found.returncode == 0, found.stderr
+    row = found.stdout.splitlines()[2]
+    # The chunk starts with gannets; the snippet column is the engine's passage around the matched words.
+    assert "Albatrosses glide" in row and "colony 0." not in row
+
+
 def test_list_collections_tags_and_jobs(engine: Service) -> None:
     collection = f"{COLLECTION}-browse"
     ids = [json.loads(kb(engine, "add", f"Swifts sleep on the wing {SUFFIX} {n}.", "--collection", collection,
