@@ -46,17 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rerank", default="", help="also take this many candidates from each graph and keep the 10 "
                         "whose float16 vectors are nearest by exact cosine in float32 arithmetic (e.g. 20,50)")
     args = parser.parse_args(argv)
-    from sentence_transformers import SentenceTransformer
     from usearch.index import Index
 
-    from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
+    from kb_bridge.local_engine.embedding.embedder import bundled_model_dir, load_sentence_transformer
 
     conn = sqlite3.connect(args.data / "engine.sqlite3")
     ids, blobs = zip(*conn.execute("SELECT chunk_id, vector FROM embeddings"), strict=True)
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), -1)
     keys = np.asarray(ids, dtype=np.uint64)
     _, claims = load_beir(SCIFACT)
-    model = SentenceTransformer(str(bundled_model_dir()), device="cpu")
+    model = load_sentence_transformer(bundled_model_dir(), "cpu")
     queries = model.encode(list(claims.values())[: args.queries], normalize_embeddings=True).astype(np.float32)
     exact = [top10(keys, matrix, q) for q in queries]
     breadths = [int(e) for e in args.ef.split(",")]

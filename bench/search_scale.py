@@ -281,11 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_corpus_tier(corpus_dir, corpus_files(args.corpus, args.documents), workdir)
     chunks, vectors = corpus_rows(corpus_dir)
     synthesiser = Synthesiser(chunks, vectors, args.noise)
-    from sentence_transformers import SentenceTransformer
 
-    from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
+    from kb_bridge.local_engine.embedding.embedder import bundled_model_dir, load_sentence_transformer
 
-    model = SentenceTransformer(str(bundled_model_dir()), device="cpu")
+    model = load_sentence_transformer(bundled_model_dir(), "cpu")
 
     def embed(text: str) -> np.ndarray:
         return np.asarray(model.encode([text], normalize_embeddings=True)[0], dtype=np.float32)

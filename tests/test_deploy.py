@@ -138,3 +138,9 @@ def test_the_wheel_ships_the_product_and_its_files_but_not_the_test_helpers(tmp_
     assert "kb_bridge/protocol/server.py" in names and "kb_bridge/local_engine/cli.py" in names
     assert any(n.startswith("kb_bridge/web/console/templates/") for n in names)
     assert not [n for n in names if n.startswith("kb_bridge/testing/")]
+    # The embedding model ships in the wheel (the `engine` extra installs no model package): every file of it.
+    model = "kb_bridge/local_engine/embedding/model/"
+    assert {n.removeprefix(model) for n in names if n.startswith(model)} == {
+        str(path.relative_to(REPO / model)) for path in (REPO / model).rglob("*") if path.is_file()}
+    assert {"model.safetensors", "tokenizer.json", "config.json", "1_Pooling/config.json", "modules.json",
+            "LICENSE", "README.md"} <= {n.removeprefix(model) for n in names if n.startswith(model)}

@@ -23,6 +23,7 @@ from kb_bridge.local_engine.embedding.onnx_graph import ATTENTION_MASK, INPUT_ID
 from kb_bridge.local_engine.embedding.runtime import installed_runtimes
 from kb_bridge.local_engine.embedding.tokens import load_tokenizer, padded, token_ids
 from kb_bridge.local_engine.errors import ConfigError
+from kb_bridge.testing.reference_model import ORIGINAL_PACKAGE, original_torch_model
 
 pytestmark = pytest.mark.skipif(bundled_model_dir() is None or not installed_runtimes().onnx,
                                 reason="needs the model and the ONNX runtime (kb-bridge[engine])")
@@ -68,12 +69,10 @@ def model_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference(model_dir: Path) -> Any:
-    """The model on torch in float32, as sentence-transformers runs it."""
-    require_torch()
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(model_dir), device="cpu")
+def reference() -> Any:
+    """The ORIGINAL float32 weights on torch, as sentence-transformers runs them (not the bundled float16-stored
+    copy the engine runs: the comparison covers the rounding too)."""
+    return original_torch_model()
 
 
 def test_the_texts_exercise_truncation(model_dir: Path) -> None:
@@ -217,13 +216,14 @@ def test_a_16_bit_precision_is_refused_by_the_onnx_runtime(model_dir: Path, vari
         OnnxEmbedder(model_dir, "all-MiniLM-L6-v2", **{variable: "bfloat16"})
 
 
-def test_the_model_directory_is_found_without_sentence_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_model_directory_is_found_without_torch_or_the_original_package(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
 
     def without_torch(name: str, *args: Any) -> Any:
-        return None if name.split(".")[0] in ("sentence_transformers", "torch", "transformers") else real(name, *args)
+        hidden = ("sentence_transformers", "torch", "transformers", ORIGINAL_PACKAGE)
+        return None if name.split(".")[0] in hidden else real(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", without_torch)
     model_dir = bundled_model_dir()

@@ -19,7 +19,9 @@ from kb_bridge.local_engine.embedding.precision import torch_precision
 from kb_bridge.local_engine.embedding.runtime import installed_runtimes
 from kb_bridge.local_engine.errors import ConfigError
 
-from .test_engine_onnx import TEXTS, require_torch
+from kb_bridge.testing.reference_model import original_torch_model
+
+from .test_engine_onnx import TEXTS
 
 needs_model = pytest.mark.skipif(bundled_model_dir() is None or not installed_runtimes().onnx,
                                  reason="needs the model and the ONNX runtime (kb-bridge[engine])")
@@ -70,10 +72,7 @@ def model_dir() -> Path:
 
 @needs_model
 def test_int8_vectors_agree_with_torch_float32_per_text(model_dir: Path) -> None:
-    require_torch()
-    from sentence_transformers import SentenceTransformer
-
-    expected = SentenceTransformer(str(model_dir), device="cpu").encode(
+    expected = original_torch_model().encode(  # the original float32 weights, not the bundled float16 ones
         TEXTS, batch_size=16, normalize_embeddings=True, convert_to_numpy=True)
     embedder = OnnxEmbedder(model_dir, "all-MiniLM-L6-v2", document_precision="int8", query_precision="int8")
     assert (embedder.document_precision, embedder.query_precision) == ("int8", "int8")

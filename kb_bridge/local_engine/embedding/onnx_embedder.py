@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2 on ONNX Runtime: the engine's default embedder on a CPU (runtime.py says when).
 
-The graph is built in memory from the model package's weights (onnx_graph.py) and opened as several
+The graph is built in memory from the bundled weights (onnx_graph.py) and opened as several
 InferenceSessions, the same layout as the torch embedder's:
 
 - **Documents**: one session per document worker (document_pool.py plans how many and how many threads
