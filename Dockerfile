@@ -1,7 +1,7 @@
 # kb-bridge images. Two targets:
 #   docker build -t kb-bridge .                        the bridge (the default, last stage): small, no torch
-#   docker build -t kb-engine --target engine .        the bundled local engine (torch CPU + the model,
-#                                                      and psycopg for KB_ENGINE_DATABASE_URL)
+#   docker build -t kb-engine --target engine .        the bundled local engine (ONNX Runtime + the model
+#                                                      inside kb-bridge, no torch; psycopg for KB_ENGINE_DATABASE_URL)
 # Both: a slim base, dependencies installed in a build stage into /opt/kb and copied over (no
 # compilers or pip caches in the final image), a non-root user, the server as PID 1 (exec form).
 ARG PYTHON=3.11
@@ -16,10 +16,8 @@ FROM python:${PYTHON}-slim AS engine-build
 WORKDIR /src
 COPY setup.py setup.cfg README.md ./
 COPY kb_bridge ./kb_bridge
-# The CPU build of torch first, from PyTorch's CPU index: otherwise pip resolves the CUDA build (several GB).
-RUN python -m venv /opt/kb \
- && /opt/kb/bin/pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
- && /opt/kb/bin/pip install --no-cache-dir '.[engine,postgres]'
+# The engine embeds with ONNX Runtime and its model ships inside kb-bridge: the `engine` extra needs no torch.
+RUN python -m venv /opt/kb && /opt/kb/bin/pip install --no-cache-dir '.[engine,postgres]'
 
 FROM python:${PYTHON}-slim AS engine
 RUN useradd --system --uid 10001 --home-dir /var/lib/kb-engine --create-home kb
