@@ -297,6 +297,34 @@ def test_keyboard_only_new_note_and_job_filter(browser: Any, console: Console) -
     page.wait_for_url("**/ui/jobs?status=failed")
 
 
+def test_keyboard_only_details_change(browser: Any, console: Console) -> None:
+    document_id = console.add_note(f"Dunlins turn as one flock {SUFFIX}.", f"Dunlin {SUFFIX}", HOME, ("waders",))
+    page = signed_in(browser, console)
+    page.goto(f"{console.ui}/documents/{document_id}")
+
+    def tab_to(selector: str) -> None:
+        for _ in range(60):
+            page.keyboard.press("Tab")
+            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
+                return
+        raise AssertionError(f"Tab never reached {selector}")
+
+    tab_to("#details-title")
+    page.keyboard.press("Control+A")
+    page.keyboard.type(f"Dunlin flock {SUFFIX}")
+    tab_to("#details-tags")
+    page.keyboard.press("End")
+    page.keyboard.type(", murmuration")
+    tab_to("#details-collection")
+    page.keyboard.type(AWAY)  # a select picks the option typed
+    tab_to("form:has(#details-title) button[type=submit]")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status")).to_contain_text("Saved")
+    stored = console.document(document_id)
+    assert stored["title"] == f"Dunlin flock {SUFFIX}"
+    assert sorted(stored["tags"]) == sorted([f"collection:{AWAY}", "waders", "murmuration"])
+
+
 def curating_pages(console: Console) -> list[str]:
     document_id = console.add_note(f"Lapwings tumble in display {SUFFIX}.", f"Lapwing {SUFFIX}", HOME, ("display",))
     job = requests.get(f"{console.engine.url}/api/v1/jobs", params={"limit": 1}, headers=ENGINE_AUTH, timeout=10).json()["jobs"][0]
