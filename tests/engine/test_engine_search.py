@@ -75,6 +75,24 @@ def test_tag_filter_applies_before_top_n(client: FlaskClient) -> None:
         assert results[0]["tags"] == ["b", "collection:memory"]
 
 
+@pytest.mark.parametrize("filter_idf", [True, False])
+def test_a_filtered_search_weighs_words_by_their_idf_within_the_filter(
+    make_app: Callable[..., flask.Flask], filter_idf: bool
+) -> None:
+    """KB_ENGINE_FILTER_IDF (on by default): within the collection "alice" names nearly every note and tells
+    nothing apart, while over the whole engine it is the rare word of the query (store/text_index.py)."""
+    client = make_app(filter_idf=filter_idf).test_client()
+    memory = ["collection:alice"]
+    named = add_note(client, "Alice said Alice would call Alice back about the weather", tags=memory)
+    clarinet = add_note(client, "played my clarinet at the concert tonight", tags=memory)
+    for n in range(4):
+        add_note(client, f"Alice talked about topic {n}", tags=memory)
+        add_note(client, f"clarinet reed review {n}", tags=["shop"])
+        add_note(client, f"clarinet case review {n}", tags=["shop"])
+    results = search(client, query="Alice clarinet", mode="fts", tags=memory)["results"]
+    assert results[0]["document_id"] == (clarinet if filter_idf else named)["id"]
+
+
 def test_doc_type_filter(client: FlaskClient) -> None:
     add_note(client, "kestrel notes")
     job = wait_job(client, upload(client, "k.md", b"# Kestrel\n\nkestrel in markdown").json["id"])

@@ -79,9 +79,9 @@ class Searcher:
         lexical: Ranking = []
         ceiling = 0.0
         if mode != "vector":  # runs while the query is being embedded
-            lexical = self._store.search_text(request.query, request.where, depth)
+            lexical = self._store.search_text(request.query, request.where, depth, config.filter_idf)
             if mode == "hybrid" and config.fusion == "convex":
-                ceiling = self._store.text_score_ceiling(request.query)
+                ceiling = self._store.text_score_ceiling(request.query, request.where, config.filter_idf)
         if query_vector is None:
             return lexical
         vector = query_vector.result()

@@ -378,11 +378,13 @@ class Store(Protocol):
         """What /api/v1/status reports about the search indexes."""
 
     # --- search -----------------------------------------------------------------------------------------------
-    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
-        """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit."""
+    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
+        """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit. With
+        `filter_idf`, a word's IDF is counted among the chunks the filter allows (store/text_index.py)."""
 
-    def text_score_ceiling(self, query: str) -> float:
-        """The highest BM25 score a chunk could reach for this query (hybrid fusion's scale)."""
+    def text_score_ceiling(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> float:
+        """The highest BM25 score a chunk could reach for this query (hybrid fusion's scale), with the IDF of
+        `search_text` given the same filter."""
 
     def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
         """For each text (a hit's), its stretch of about `max_chars` characters that matches the query best in

@@ -120,19 +120,26 @@ class SqlReads:
             value = self.sql_documents.read_meta(conn, key)
             return None if value is None else str(value)
 
-    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
+    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
         text = self.indexes.text
         if text is None:
             return []
-        allowed = None
-        if any(getattr(where, name) is not None for name in SQL_ONLY_FILTERS):
-            with self.db.snapshot() as conn:
-                allowed = self.sql_documents.matching_document_ids(conn, where)
-        return text.search(query, where, limit, allowed)
+        return text.search(query, where, limit, self._sql_allowed(where), filter_idf)
 
-    def text_score_ceiling(self, query: str) -> float:
+    def text_score_ceiling(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> float:
         text = self.indexes.text
-        return text.score_ceiling(query) if text is not None else 0.0
+        if text is None:
+            return 0.0
+        if where is None or not filter_idf:
+            return text.score_ceiling(query)
+        return text.score_ceiling(query, where, self._sql_allowed(where), filter_idf)
+
+    def _sql_allowed(self, where: DocumentFilter) -> list[int] | None:
+        """The documents that the filter's criteria the text index does not hold allow (None: no such criteria)."""
+        if not any(getattr(where, name) is not None for name in SQL_ONLY_FILTERS):
+            return None
+        with self.db.snapshot() as conn:
+            return list(self.sql_documents.matching_document_ids(conn, where))
 
     def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
         text = self.indexes.text

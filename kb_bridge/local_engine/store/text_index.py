@@ -138,26 +138,29 @@ class TextIndex:
                     found.append(token)
         return found
 
-    def search(self, query: str, where: DocumentFilter, limit: int, documents: Sequence[int] | None = None) -> Ranking:
+    def search(self, query: str, where: DocumentFilter, limit: int, documents: Sequence[int] | None = None,
+               filter_idf: bool = False) -> Ranking:
         """(chunk_id, BM25 score) best first, among chunks with the filter's tags and doc_type and, when
-        `documents` is given, of those documents (the store resolves the other criteria to them)."""
+        `documents` is given, of those documents (the store resolves the other criteria to them).
+
+        With `filter_idf`, a filtered search weighs each word by its IDF among the chunks the filter allows
+        (`idf_weights`), not in the whole index."""
         tokens = self.tokens(query)
         if not tokens or limit <= 0 or (documents is not None and not documents):
             return []
-        query_ = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", token)) for token in tokens]
-        )
-        filters = [tantivy.Query.term_query(self._schema, "tag", tag) for tag in where.tags]
-        if where.doc_type is not None:
-            filters.append(tantivy.Query.term_query(self._schema, "doc_type", where.doc_type))
-        if documents is not None:
-            filters.append(tantivy.Query.term_set_query(self._schema, "doc", list(documents)))
+        filters = self._filters(where, documents)
+        searcher = self._index.searcher()
+        boosts = self._boosts(searcher, tokens, filters) if filter_idf and filters else {}
+        terms = []
+        for token in tokens:
+            term = tantivy.Query.term_query(self._schema, "body", token)
+            terms.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, boosts[token]) if token in boosts else term))
+        query_ = tantivy.Query.boolean_query(terms)
         if filters:
             query_ = tantivy.Query.boolean_query(
                 [(tantivy.Occur.Must, query_), *((tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0))
                                                   for f in filters)]
             )
-        searcher = self._index.searcher()
         hits = searcher.search(query_, limit, count=False).hits
         if not hits:
             return []
@@ -195,23 +198,66 @@ class TextIndex:
                                  highlights=tuple((chars(r.start), chars(r.end)) for r in ranges)))
         return found
 
-    def score_ceiling(self, query: str) -> float:
+    def score_ceiling(self, query: str, where: DocumentFilter | None = None, documents: Sequence[int] | None = None,
+                      filter_idf: bool = False) -> float:
         """The highest BM25 score a chunk could reach for this query, (k1 + 1) times the sum of its terms'
         IDF as tantivy computes it, ln(1 + (N - n + 0.5) / (n + 0.5)) for N chunks of which n hold the term
-        (hybrid fusion's absolute scale, search/fusion.py)."""
+        (hybrid fusion's absolute scale, search/fusion.py); with `filter_idf` and a filter, N and n count
+        only the chunks the filter allows, as `search` then weighs the words."""
         tokens = self.tokens(query)
         if not tokens:
             return 0.0
         searcher = self._index.searcher()
-        total = searcher.num_docs
-        ceiling = 0.0
+        filters = self._filters(where, documents) if filter_idf and where is not None else []
+        return (BM25_K1 + 1) * sum(self.idf_weights(searcher, tokens, filters).values())
+
+    def idf_weights(self, searcher: tantivy.Searcher, tokens: Sequence[str],
+                    filters: Sequence[tantivy.Query] = ()) -> dict[str, float]:
+        """Each token's IDF, over the whole index or, given filters, over the chunks they allow.
+
+        Why within the filter: a search restricted to one collection or one conversation ranks only its
+        chunks, and a word that is rare in the whole index may be in every other chunk of that collection
+        (a person's name in their own notes): it tells nothing apart there, yet scored as rare it would
+        outweigh the words that do (docs/benchmarks.md, "Memory retrieval": filter IDF)."""
+        if not filters:
+            total = searcher.num_docs
+            return {token: _idf(total, searcher.doc_freq("body", token)) for token in tokens}
+        allowed = [(tantivy.Occur.Must, f) for f in filters]
+        total = _count(searcher, tantivy.Query.boolean_query(allowed))
+        weights = {}
         for token in tokens:
-            hits = searcher.doc_freq("body", token)
-            ceiling += math.log(1 + (total - hits + 0.5) / (hits + 0.5))
-        return (BM25_K1 + 1) * ceiling
+            term = tantivy.Query.term_query(self._schema, "body", token)
+            held = _count(searcher, tantivy.Query.boolean_query([(tantivy.Occur.Must, term), *allowed]))
+            weights[token] = _idf(total, held)
+        return weights
+
+    def _boosts(self, searcher: tantivy.Searcher, tokens: Sequence[str], filters: Sequence[tantivy.Query]) -> dict[str, float]:
+        """Per token, the factor that turns tantivy's IDF over the whole index into the IDF within `filters`."""
+        within = self.idf_weights(searcher, tokens, filters)
+        overall = self.idf_weights(searcher, tokens)
+        return {token: within[token] / overall[token] for token in tokens if overall[token] > 0}
+
+    def _filters(self, where: DocumentFilter | None, documents: Sequence[int] | None) -> list[tantivy.Query]:
+        filters = [tantivy.Query.term_query(self._schema, "tag", tag) for tag in where.tags] if where else []
+        if where is not None and where.doc_type is not None:
+            filters.append(tantivy.Query.term_query(self._schema, "doc_type", where.doc_type))
+        if documents is not None:
+            filters.append(tantivy.Query.term_set_query(self._schema, "doc", list(documents)))
+        return filters
 
     def __len__(self) -> int:
         return int(self._index.searcher().num_docs)
+
+
+def _count(searcher: tantivy.Searcher, query: tantivy.Query) -> int:
+    """How many chunks match `query`."""
+    result = searcher.search(query, 1, count=True)
+    return int(result.count or 0)  # type: ignore[attr-defined]  # tantivy's stub leaves `count` out
+
+
+def _idf(total: int, held: int) -> float:
+    """BM25's IDF as tantivy computes it."""
+    return math.log(1 + (total - held + 0.5) / (held + 0.5))
 
 
 def _read_manifest(directory: Path) -> dict[str, object]:

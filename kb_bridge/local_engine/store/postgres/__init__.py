@@ -271,9 +271,9 @@ class PostgresStore(SqlReads, SqlWrites):
         if head > self.indexes.position:
             self._catch_up()
 
-    def search_text(self, query: str, where: DocumentFilter, limit: int) -> Ranking:
+    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
         self._follow()
-        return super().search_text(query, where, limit)
+        return super().search_text(query, where, limit, filter_idf)
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:
