@@ -92,6 +92,10 @@ class EngineConfig:
     # collection, one conversation), not the whole index (store/text_index.py). A search without a filter is
     # unchanged. Raised LoCoMo recall (docs/benchmarks.md, "Memory retrieval").
     filter_idf: bool = True
+    # The vector share of the convex fusion for chunks of notes kept in a collection (search/fusion.py); None
+    # (KB_ENGINE_MEMORY_VECTOR_SHARE=off): the share of every other chunk, from the weights above.
+    # 0.4 against the documents' 0.5 raised LoCoMo recall (docs/benchmarks.md, "Memory retrieval").
+    memory_vector_share: float | None = 0.4
     # How many times a document's title is indexed with each chunk: a title word then counts about that
     # many times a body word; 2 scored best on SciFact (docs/benchmarks.md, "What was tried, and what was
     # chosen": BM25 title weight).
@@ -205,6 +209,7 @@ def _read(env: Env) -> dict[str, Any]:
         "neighbour_weight": env.number("KB_ENGINE_NEIGHBOUR_WEIGHT", d.neighbour_weight, low=0.0),
         "diversity": env.number("KB_ENGINE_DIVERSITY", d.diversity, low=0.0),
         "filter_idf": env.flag("KB_ENGINE_FILTER_IDF", d.filter_idf),
+        "memory_vector_share": env.get("KB_ENGINE_MEMORY_VECTOR_SHARE", d.memory_vector_share, _share_or_off),
         "bm25_title_weight": env.integer("KB_ENGINE_BM25_TITLE_WEIGHT", d.bm25_title_weight, 0, 8),
         "exact_search_below": env.integer("KB_ENGINE_EXACT_SEARCH_BELOW", d.exact_search_below, 0, 1 << 40),
         "keep_versions": env.integer("KB_ENGINE_KEEP_VERSIONS", d.keep_versions, 0, 100_000),
@@ -214,6 +219,16 @@ def _read(env: Env) -> dict[str, Any]:
         "allowed_hosts": _lowered(env.items("KB_ENGINE_ALLOWED_HOSTS", d.allowed_hosts)),
         "allowed_origins": _lowered(env.items("KB_ENGINE_ALLOWED_ORIGINS", d.allowed_origins)),
     }
+
+
+def _share_or_off(value: str) -> float | None:
+    """A share from 0 to 1, or None for `off`."""
+    if value.lower() == "off":
+        return None
+    share = float(value)
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"expected a share from 0 to 1 or off, got {value!r}")
+    return share
 
 
 def _choice(env: Env, name: str, default: str) -> str:

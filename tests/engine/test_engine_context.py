@@ -20,7 +20,7 @@ from kb_bridge.local_engine.search.context import with_neighbours
 from kb_bridge.local_engine.search.diversity import diversify
 from kb_bridge.local_engine.store.base import DocumentFilter
 
-from kb_bridge.testing.engine_app import API, add_note
+from kb_bridge.testing.engine_app import API, add_note, upload, wait_job
 
 
 def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
@@ -66,6 +66,18 @@ def test_neighbours_are_the_notes_submitted_beside_it_in_its_collection(
     # The search's filter applies to neighbours: with day:1 the second note is not there to be one.
     assert store.adjacent_notes([first, third], DocumentFilter(tags=("day:1",))) == {first: [third], third: [first]}
     assert store.adjacent_notes([], DocumentFilter()) == {}
+
+
+@pytest.mark.both_stores
+def test_collection_notes_are_the_chunks_of_notes_kept_in_a_collection(app: flask.Flask, client: FlaskClient) -> None:
+    """Which chunks hybrid fusion scores with the memory vector share (search/fusion.py)."""
+    kept = int(add_note(client, "a note of the diary", tags=["collection:diary"])["chunks"][0]["id"])
+    loose = int(add_note(client, "a note in no collection", tags=["diary"])["chunks"][0]["id"])
+    job = wait_job(client, upload(client, "f.txt", b"a file of the diary", tags=["collection:diary"]).json["id"])
+    filed = int(client.get(f"{API}/documents/{job['document_id']}").json["chunks"][0]["id"])
+    store = engine_of(app).store
+    assert store.collection_notes([kept, loose, filed]) == {kept}
+    assert store.collection_notes([]) == set()
 
 
 CONVERSATION = (

@@ -14,6 +14,8 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
+from kb_bridge.local_engine.errors import ConfigError
+from kb_bridge.local_engine.config import load_config
 from kb_bridge.local_engine.search.fusion import Fusion, convex, reciprocal_rank
 
 from kb_bridge.testing.engine_app import API, add_note
@@ -57,6 +59,31 @@ def test_convex_weighs_cosine_and_the_bm25_share_of_its_ceiling() -> None:
     only_vectors = convex([(1, 2.0)], 20.0, {1: 0.16, 2: 0.34}, fts_weight=0.0, vector_weight=1.0)
     assert [chunk_id for chunk_id, _ in only_vectors] == [2, 1]
     assert convex([], 0.0, {}, 1.0, 1.0) == []
+
+
+def test_notes_of_a_collection_take_the_memory_vector_share() -> None:
+    # Chunk 1 (a note of a collection) and chunk 2 (a document) hold the same BM25 share and cosine: with
+    # the memory share 0.4 the note weighs its BM25 share more; the document keeps the share of 0.5.
+    fusion = Fusion(memory_share=0.4)
+    lexical, cosines = [(1, 8.0), (2, 8.0)], {1: 0.3, 2: 0.3, 3: 0.6}
+    fused = dict(fusion.fuse(lexical, 10.0, [(3, 0.6)], lambda ids: cosines, memory={1, 3}))
+    assert fused[1] == pytest.approx(0.4 * 0.3 + 0.6 * 0.8)
+    assert fused[2] == pytest.approx(0.5 * 0.3 + 0.5 * 0.8)
+    assert fused[3] == pytest.approx(0.4 * 0.6)
+    assert fusion.vector_only({4: 0.5}, memory=True) == {4: pytest.approx(0.2)}
+    assert fusion.vector_only({4: 0.5}) == {4: pytest.approx(0.25)}
+    # Without a memory share every chunk fuses alike.
+    same = dict(Fusion().fuse(lexical, 10.0, [(3, 0.6)], lambda ids: cosines, memory={1, 3}))
+    assert same[1] == pytest.approx(same[2]) == pytest.approx(0.5 * 0.3 + 0.5 * 0.8)
+
+
+def test_the_memory_vector_share_setting() -> None:
+    assert load_config({}).memory_vector_share == 0.4
+    assert load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": "0.3"}).memory_vector_share == 0.3
+    assert load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": "off"}).memory_vector_share is None
+    for bad in ("1.5", "-0.1", "nan", "lots"):
+        with pytest.raises(ConfigError, match="KB_ENGINE_MEMORY_VECTOR_SHARE"):
+            load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": bad})
 
 
 def test_convex_fusion_scores_lexical_candidates_on_their_exact_cosine() -> None:

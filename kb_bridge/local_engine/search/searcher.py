@@ -44,7 +44,8 @@ class Searcher:
         self._store = store
         self._embedders = embedders
         self._config = config
-        self._fusion = Fusion(config.fusion, config.fts_weight, config.vector_weight, config.rrf_k)
+        self._fusion = Fusion(config.fusion, config.fts_weight, config.vector_weight, config.rrf_k,
+                              config.memory_vector_share)
 
     def vectors_ready(self) -> bool:
         """Vector and hybrid search can run. The slot turns ready only after the store has taken the model's
@@ -88,12 +89,17 @@ class Searcher:
         semantic = self._store.search_vectors(vector, depth, request.where)
         if mode == "vector":
             return semantic
-        fused = self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids))
+        memory: set[int] = set()
+        if config.fusion == "convex" and config.memory_vector_share is not None:
+            memory = self._store.collection_notes(list(dict.fromkeys(c for c, _ in [*lexical, *semantic])))
+        fused = self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids),
+                                  memory)
         if config.neighbour_weight > 0 and config.fusion == "convex":  # rank scores have none for a non-candidate
             fused = with_neighbours(
                 fused, request.top_n, config.neighbour_weight,
                 lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where),
-                lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids)),
+                # Neighbours are notes of a collection: the memory share scores them.
+                lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids), memory=True),
             )
         if config.diversity > 0:
             fused = diversify(fused, request.top_n, config.diversity, self._vectors_of)

@@ -34,6 +34,20 @@ def _neighbour_sql(mark: str, where: str, before: bool) -> str:
         ORDER BY j.id {order} LIMIT 1)"""
 
 
+def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str) -> set[int]:
+    """Those of these chunks that belong to a note kept in a collection (an agent's memory, not a file)."""
+    if not chunk_ids:
+        return set()
+    marks = ", ".join([mark] * len(chunk_ids))
+    rows = conn.execute(
+        f"SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks}) "
+        f"AND d.doc_type = 'note' AND EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = c.document_id "
+        f"AND t.tag >= {mark} AND t.tag < {mark})",
+        [*chunk_ids, _COLLECTION_FROM, _COLLECTION_TO],
+    ).fetchall()
+    return {int(chunk_id) for (chunk_id,) in rows}
+
+
 def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[object]], mark: str) -> dict[int, list[int]]:
     """For each of these chunks that belongs to a note in a collection: the chunk ids of its neighbours.
 

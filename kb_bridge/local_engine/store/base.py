@@ -399,6 +399,9 @@ class Store(Protocol):
 
     def vector_of(self, chunk_id: int) -> np.ndarray | None: ...
 
+    def collection_notes(self, chunk_ids: Sequence[int]) -> set[int]:
+        """Those of these chunks that belong to a note kept in a collection (store/adjacent.py)."""
+
     def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
         """For each of these chunks of a note in a collection: the chunks of the notes of that collection
         submitted just before and after it that match `where` (store/adjacent.py)."""

@@ -145,6 +145,11 @@ class SqlReads:
         text = self.indexes.text
         return text.passages(query, texts, max_chars) if text is not None else [None] * len(texts)
 
+    def collection_notes(self, chunk_ids: Sequence[int]) -> set[int]:
+        mark = "%s" if self.kind == "postgresql" else "?"
+        with self.db.snapshot() as conn:
+            return adjacent.collection_notes(conn, chunk_ids, mark)
+
     def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
         mark = "%s" if self.kind == "postgresql" else "?"
         with self.db.snapshot() as conn:
