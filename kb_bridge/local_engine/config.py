@@ -83,6 +83,8 @@ class EngineConfig:
     # score a note adds to its own in hybrid search (convex fusion); 0 turns it off (docs/benchmarks.md,
     # "Memory retrieval").
     neighbour_weight: float = 0.25
+    # ... plus this much of its best neighbour's BM25 share (the lexical part of its fused score); 0: off.
+    neighbour_lexical_weight: float = 0.4
     # Diversity among hybrid results (search/diversity.py): how much a candidate's highest cosine to a result
     # already picked lowers its fused score when picking the next; 0 (the default) keeps the fused order.
     # 0.1 found more of the answers spread over several notes of a memory, at a small cost on documents
@@ -207,6 +209,8 @@ def _read(env: Env) -> dict[str, Any]:
         "fts_weight": env.number("KB_ENGINE_FTS_WEIGHT", d.fts_weight, low=0.0),
         "vector_weight": env.number("KB_ENGINE_VECTOR_WEIGHT", d.vector_weight, low=0.0),
         "neighbour_weight": env.number("KB_ENGINE_NEIGHBOUR_WEIGHT", d.neighbour_weight, low=0.0),
+        "neighbour_lexical_weight": env.number("KB_ENGINE_NEIGHBOUR_LEXICAL_WEIGHT", d.neighbour_lexical_weight,
+                                               low=0.0),
         "diversity": env.number("KB_ENGINE_DIVERSITY", d.diversity, low=0.0),
         "filter_idf": env.flag("KB_ENGINE_FILTER_IDF", d.filter_idf),
         "memory_vector_share": env.get("KB_ENGINE_MEMORY_VECTOR_SHARE", d.memory_vector_share, _share_or_off),

@@ -41,6 +41,21 @@ def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
     assert [chunk_id for chunk_id, _ in fused] == [1, 2, 3, 10, 4]  # 10, no candidate, passes candidate 4
 
 
+def test_a_note_also_adds_a_share_of_its_best_neighbours_lexical_part() -> None:
+    # Chunk 2 (the answer) shares no word with the query; its neighbour 1 (the question) holds them all,
+    # lexical part 0.5 of its 0.6. Chunk 3 is a little more similar in meaning than 2, with no neighbour.
+    ranked = [(1, 0.6), (3, 0.33), (2, 0.3)]
+    lexical = {1: 0.5}
+    plain = dict(with_neighbours(ranked, 2, 0.0, lambda ids: {1: [2]}, lambda ids: {}))
+    assert plain == dict(ranked)
+    fused = with_neighbours(ranked, 2, 0.0, lambda ids: {1: [2]}, lambda ids: {}, 0.4, lexical)
+    assert dict(fused)[2] == pytest.approx(0.3 + 0.4 * 0.5)
+    assert dict(fused)[1] == pytest.approx(0.6)  # its neighbour has no lexical part
+    assert [chunk_id for chunk_id, _ in fused] == [1, 2, 3]
+    both = dict(with_neighbours(ranked, 2, 0.25, lambda ids: {1: [2]}, lambda ids: {}, 0.4, lexical))
+    assert both[2] == pytest.approx(0.3 + 0.25 * 0.6 + 0.4 * 0.5)
+
+
 def test_without_weight_or_neighbours_the_ranking_is_unchanged() -> None:
     ranked = [(1, 0.8), (2, 0.5)]
     assert with_neighbours(ranked, 10, 0.0, lambda ids: {1: [2]}, lambda ids: {}) == ranked
@@ -89,17 +104,18 @@ CONVERSATION = (
 )
 
 
-@pytest.mark.parametrize("weight", [0.25, 0.0])
+@pytest.mark.parametrize(("weight", "lexical_weight"), [(0.25, 0.0), (0.0, 0.4), (0.0, 0.0)])
 def test_the_answer_after_a_question_is_found_through_its_neighbour(
-    make_app: Callable[..., flask.Flask], model: object, weight: float
+    make_app: Callable[..., flask.Flask], model: object, weight: float, lexical_weight: float
 ) -> None:
-    client = make_app(model=model, neighbour_weight=weight).test_client()
+    """Either neighbour term alone (the neighbour's whole score, or its BM25 share) finds the answer."""
+    client = make_app(model=model, neighbour_weight=weight, neighbour_lexical_weight=lexical_weight).test_client()
     ids = [add_note(client, text, tags=["collection:memory"])["id"] for text in CONVERSATION]
     response = client.post(f"{API}/search", json={"query": "which musical instruments does Mel play?",
                                                   "mode": "hybrid", "top_n": 5})
     ranked = [hit["document_id"] for hit in response.json["results"]]
     answer_rank = ranked.index(ids[2])
-    if weight:
+    if weight or lexical_weight:
         assert answer_rank <= 1, ranked
     else:
         assert answer_rank > 1, ranked  # the corpus makes the answer hard to find without its neighbour

@@ -77,10 +77,21 @@ def test_notes_of_a_collection_take_the_memory_vector_share() -> None:
     assert same[1] == pytest.approx(same[2]) == pytest.approx(0.5 * 0.3 + 0.5 * 0.8)
 
 
+def test_the_lexical_part_is_the_bm25_share_of_a_convex_score() -> None:
+    lexical = [(1, 8.0), (2, 4.0)]
+    assert Fusion().lexical_part(lexical, 10.0) == {1: pytest.approx(0.4), 2: pytest.approx(0.2)}
+    # A note of a collection takes the memory share's BM25 weight, 1 - 0.4.
+    assert Fusion(memory_share=0.4).lexical_part(lexical, 10.0, memory={1}) == {
+        1: pytest.approx(0.48), 2: pytest.approx(0.2)}
+    assert Fusion().lexical_part(lexical, 0.0) == {}
+
+
 def test_the_memory_vector_share_setting() -> None:
     assert load_config({}).memory_vector_share == 0.4
     assert load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": "0.3"}).memory_vector_share == 0.3
     assert load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": "off"}).memory_vector_share is None
+    assert load_config({}).neighbour_lexical_weight == 0.4
+    assert load_config({"KB_ENGINE_NEIGHBOUR_LEXICAL_WEIGHT": "0"}).neighbour_lexical_weight == 0.0
     for bad in ("1.5", "-0.1", "nan", "lots"):
         with pytest.raises(ConfigError, match="KB_ENGINE_MEMORY_VECTOR_SHARE"):
             load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": bad})

@@ -64,6 +64,15 @@ class Fusion:
             return fused
         return convex(lexical, ceiling, cosines, 1 - share, share, keep=dict(fused), only=memory)
 
+    def lexical_part(self, lexical: Ranking, ceiling: float, memory: Collection[int] = ()) -> dict[int, float]:
+        """The BM25 share of each lexical candidate's convex score (`w_fts * bm25 / ceiling`)."""
+        total = self.fts_weight + self.vector_weight
+        if ceiling <= 0 or total <= 0:
+            return {}
+        beta = self.fts_weight / total
+        memory_beta = beta if self.memory_share is None else 1 - self.memory_share
+        return {chunk_id: (memory_beta if chunk_id in memory else beta) * score / ceiling for chunk_id, score in lexical}
+
     def vector_only(self, cosines: Mapping[int, float], memory: bool = False) -> dict[int, float]:
         """The convex score of chunks that no lexical candidate holds: their cosine's share alone (the
         memory share when they are chunks of notes kept in a collection)."""

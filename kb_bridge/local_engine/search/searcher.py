@@ -94,12 +94,14 @@ class Searcher:
             memory = self._store.collection_notes(list(dict.fromkeys(c for c, _ in [*lexical, *semantic])))
         fused = self._fusion.fuse(lexical, ceiling, semantic, lambda chunk_ids: self._store.similarities(vector, chunk_ids),
                                   memory)
-        if config.neighbour_weight > 0 and config.fusion == "convex":  # rank scores have none for a non-candidate
+        # Rank fusion has no score for a non-candidate, nor a lexical part.
+        if (config.neighbour_weight > 0 or config.neighbour_lexical_weight > 0) and config.fusion == "convex":
             fused = with_neighbours(
                 fused, request.top_n, config.neighbour_weight,
                 lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where),
                 # Neighbours are notes of a collection: the memory share scores them.
                 lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids), memory=True),
+                config.neighbour_lexical_weight, self._fusion.lexical_part(lexical, ceiling, memory),
             )
         if config.diversity > 0:
             fused = diversify(fused, request.top_n, config.diversity, self._vectors_of)
