@@ -74,6 +74,8 @@ class StandInEngine:
                          "queue": {"queued": 0, "running": 0, "done": 0, "failed": 0}}
         if path.startswith("/api/v1/search"):
             return 200, {"query": "q", "mode": "fts", "took_ms": self.delay * 1000, "results": []}
+        if path.startswith("/api/v1/tags"):  # the console's search page lists the collections (kb_collections)
+            return 200, {"tags": []}
         if path.startswith("/healthz"):
             return 200, {"ok": True}
         return 404, {"error": {"code": "not_found", "message": "not here"}}
