@@ -95,3 +95,39 @@ def test_the_prepare_thread_claims_prompt_work_always_and_other_lanes_up_to_thei
     full_files = {scheduling.FILES: 100, scheduling.BULK: 10}
     assert scheduling.lanes_to_claim(full_files, 100) == (scheduling.PROMPT, scheduling.BULK)
     assert scheduling.lanes_to_claim({lane: 10**6 for lane in scheduling.LANES}, 100) == (scheduling.PROMPT,)
+
+
+def test_a_single_undeclared_upload_is_prompt_work_and_a_flood_after_its_first_file_is_not() -> None:
+    now = [0.0]
+    submitters = scheduling.Submitters(clock=lambda: now[0])
+    small = 2_000
+
+    def lane(submitter: str) -> int:
+        return scheduling.lane_of("file", None, small, submitters.single(submitter))
+
+    flood = [lane("127.0.0.1 python-requests/2.32")]
+    for _ in range(1_500):
+        now[0] += 0.05
+        flood.append(lane("127.0.0.1 python-requests/2.32"))
+    assert flood[0] == scheduling.PROMPT  # the first file of a flood: one file
+    assert set(flood[1:]) == {scheduling.FILES}
+    # Another program's single upload during the flood goes ahead of it; so does its next one, a while later.
+    assert lane("127.0.0.1 kb-bridge/0.1.0") == scheduling.PROMPT
+    now[0] += scheduling.QUIET_SECONDS / 4
+    assert lane("127.0.0.1 kb-bridge/0.1.0") == scheduling.FILES  # two in a row: a flood of its own
+    now[0] += scheduling.QUIET_SECONDS * 2
+    assert lane("127.0.0.1 kb-bridge/0.1.0") == scheduling.PROMPT
+    # The flood's client, quiet for a while, has a single upload again.
+    assert lane("127.0.0.1 python-requests/2.32") == scheduling.PROMPT
+    # Declared and large work keep their lanes whatever the submitter did.
+    assert scheduling.lane_of("file", "bulk", small, single=True) == scheduling.BULK
+    assert scheduling.lane_of("file", None, scheduling.INTERACTIVE_BYTES + 1, single=True) == scheduling.BULK
+
+
+def test_submitters_remembered_are_bounded() -> None:
+    now = [0.0]
+    submitters = scheduling.Submitters(clock=lambda: now[0])
+    for number in range(scheduling.MAX_SUBMITTERS + 10):
+        assert submitters.single(f"client {number}")
+    assert not submitters.single(f"client {scheduling.MAX_SUBMITTERS + 9}")  # seen just now
+    assert submitters.single("client 0")  # forgotten, the oldest: a new submitter

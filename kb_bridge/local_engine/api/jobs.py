@@ -19,6 +19,7 @@ blueprint = Blueprint("jobs", __name__)
 
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 MAX_FILENAME_CHARS = 255
+MAX_USER_AGENT_CHARS = 200
 _UNSAFE_FILENAME_CHARS = re.compile(r"[\x00-\x1f\x7f\"\\/]")
 
 
@@ -80,7 +81,15 @@ def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
         **document_times(form),
     }
     return engine.intake.submit_file(part, filename, doc_type, fields, key,
-                                     _priority(validation.string(form, "priority")))
+                                     _priority(validation.string(form, "priority")), _submitter())
+
+
+def _submitter() -> str:
+    """Who sent this upload, as far as the request shows (one API key serves every client): the peer address
+    and the User-Agent, for telling an agent's single upload from another client's flood
+    (ingest/scheduling.py, Submitters). Kept in memory only, never logged."""
+    agent = request.headers.get("User-Agent", "")[:MAX_USER_AGENT_CHARS]
+    return f"{request.remote_addr or ''} {agent}"
 
 
 def _priority(value: str | None) -> str | None:

@@ -6,8 +6,14 @@ A client need not declare anything for the queue to be fair. What a job is tells
   waits to search for it. Its chunks go first in every window of model calls, and the embed thread takes
   newly arrived prompt work between two calls of any window (at most `PROMPT_CALLS_BETWEEN` calls' worth
   per gap), so that it waits for about one model call, not for the queue.
-- **files** (1): an upload of up to `INTERACTIVE_BYTES` sent without `priority`: an agent's upload, or one
-  file of a flood that another client posts without saying so (kb_upload_finish, scripts, other CLIs).
+- **files** (1): an upload of up to `INTERACTIVE_BYTES` sent without `priority` by a submitter that sent
+  another such upload less than `QUIET_SECONDS` before: one file of a flood that a client posts without
+  saying so (kb_upload_finish in a loop, scripts, other CLIs).
+  A submitter's single upload (none from it in the last `QUIET_SECONDS`) is prompt work, like a note: an
+  agent that uploads one file waits for it, and it must not queue behind another client's flood. The engine
+  has one API key, so a submitter is what the request shows of its sender: the peer address and the
+  User-Agent (`Submitters`). The first file of a flood goes in the prompt lane too, one file per submitter
+  and quiet spell, which costs the flood nothing.
 - **bulk** (0): `priority: "bulk"` (what `kb-bridge ingest` and `import` send), and larger undeclared work.
 
 While several lanes have work, each window of model calls is shared among them by `SHARES` (by chunks), so
@@ -19,7 +25,9 @@ hold up the files. Within a lane, jobs go in the order they were queued. The lan
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 
 BULK = 0
 FILES = 1
@@ -36,17 +44,46 @@ SHARES: Mapping[int, int] = {PROMPT: 4, FILES: 2, BULK: 1}
 # notes of a few agents at once, little enough that a flood of notes leaves the window's other lanes 1 call
 # in PROMPT_CALLS_BETWEEN + 1.
 PROMPT_CALLS_BETWEEN = 2
+# A submitter's upload is single when its previous undeclared upload came longer ago than this. A client
+# posting a flood sends its next file as soon as the last one is accepted (well under a second apart, also on
+# a loaded machine); an agent's uploads come one tool call apart.
+QUIET_SECONDS = 2.0
+# Submitters remembered at most (older ones are forgotten first); one more is simply a new submitter.
+MAX_SUBMITTERS = 4096
 
 
-def lane_of(job_type: str, asked: str | None, size: int) -> int:
-    """The lane of new work: as asked ("interactive": prompt, "bulk"), else by what it is and its size."""
+def lane_of(job_type: str, asked: str | None, size: int, single: bool = False) -> int:
+    """The lane of new work: as asked ("interactive": prompt, "bulk"), else by what it is and its size; a
+    `single` small upload (its submitter sent no other lately: Submitters.single) is prompt work."""
     if asked == "bulk":
         return BULK
     if asked == "interactive":
         return PROMPT
     if size > INTERACTIVE_BYTES:
         return BULK
-    return PROMPT if job_type == "note" else FILES
+    return PROMPT if job_type == "note" or single else FILES
+
+
+class Submitters:
+    """When each submitter last sent an undeclared upload, to tell a single upload from one file of a flood.
+
+    In memory, per engine process: replicas sharing a PostgreSQL queue each judge the uploads they accept.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: dict[str, float] = {}  # insertion order: the least recently seen first
+        self._lock = threading.Lock()
+
+    def single(self, submitter: str) -> bool:
+        """Count an undeclared upload from `submitter`; True if it sent none in the last QUIET_SECONDS."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.pop(submitter, None)
+            self._last[submitter] = now
+            if len(self._last) > MAX_SUBMITTERS:
+                del self._last[next(iter(self._last))]
+        return last is None or now - last > QUIET_SECONDS
 
 
 def lane_of_priority(priority: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..clock import now_iso, seconds_ago_iso
 from ..store.base import JSON, Idempotency, NoteKey, Store, Submission, note_text_key
-from .scheduling import lane_of
+from .scheduling import Submitters, lane_of
 from .staging import HashingFile, Staging
 
 
@@ -32,6 +32,7 @@ class Intake:
         self._staging = staging
         self._on_queued = on_queued
         self._ttl = idempotency_ttl_seconds
+        self._submitters = Submitters()
 
     def submit_note(self, fields: dict[str, Any], key: str | None, priority: str | None = None,
                     unique_in: str | None = None) -> tuple[JSON, bool]:
@@ -49,15 +50,17 @@ class Intake:
 
     def submit_file(
         self, part: HashingFile, filename: str, doc_type: str, fields: dict[str, Any], key: str | None,
-        priority: str | None = None,
+        priority: str | None = None, submitter: str | None = None,
     ) -> tuple[JSON, bool]:
-        """Keep the uploaded file and queue it. Returns (job, created) like submit_note."""
+        """Keep the uploaded file and queue it. Returns (job, created) like submit_note. An undeclared upload
+        is prompt work when its `submitter` sent no other lately (scheduling.Submitters), else files."""
         sha256 = part.sha256()
         idempotency = self._idempotency(key, {**fields, "filename": filename, "file_sha256": sha256})
         staged = self._staging.keep(part, Path(filename).suffix.lower())
+        single = priority is None and submitter is not None and self._submitters.single(submitter)
         payload = {**fields, "doc_type": doc_type, "size": staged.size, "sha256": sha256}
         submission = Submission("file", payload, filename=filename, staged_path=staged.path.name,
-                                priority=lane_of("file", priority, staged.size))
+                                priority=lane_of("file", priority, staged.size, single))
         try:
             job, created = self._store.submit(submission, idempotency, now_iso())
         except BaseException:
