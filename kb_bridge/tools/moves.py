@@ -16,6 +16,7 @@ reported as unknown.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kb_bridge import collection_tags, shapes
@@ -30,36 +31,40 @@ LOCK_SECONDS = 10.0
 def move(ctx: ToolContext, document_id: int, collection: str, expected_version: int | None) -> Result:
     """Move a document into `collection`. With `expected_version`, refuse (CONFLICT) if it changed since."""
     target = collection_tags.tag_for(collection)
-    for _ in range(ATTEMPTS):
-        raw = ctx.engine.get_document(document_id)
-        version = _version(raw, expected_version)
-        add, remove = _change(raw, target)
-        if not add and not remove:
-            return shapes.document(raw)
-        try:
-            ctx.engine.patch_tags(document_id, add, remove, if_match=version)
-        except Conflict as exc:
-            if exc.details.get("reason") != "version_mismatch":
-                raise
-            if expected_version is not None:
-                raise version_conflict(None) from None
-            continue  # another change landed first: read again and move from there
-        except (EngineUnsupported, NotFound) as exc:
-            if isinstance(exc, NotFound):
-                ctx.engine.get_document(document_id)  # the document still exists: the endpoint does not
-            return _move_in_steps(ctx, document_id, target, expected_version)
-        return shapes.document(ctx.engine.get_document(document_id))
-    raise Conflict("the document kept changing while it was being moved; try again")
+    return _patch_tags(ctx, document_id, expected_version, lambda raw: _change(raw, target),
+                       lambda add, remove: _move_in_steps(ctx, document_id, target, expected_version),
+                       "it was being moved")
 
 
 def retag(ctx: ToolContext, document_id: int, tags: list[str], expected_version: int | None) -> Result:
     """Give a document exactly these tags of its own (its collection tag stays): one engine step, conditional
     on the version just read, as a move is; with `expected_version`, refuse (CONFLICT) if it changed since."""
+
+    def change(raw: dict[str, Any]) -> tuple[list[str], list[str]]:
+        own = [tag for tag in shapes.document_tags(raw) if not collection_tags.is_collection_tag(tag)]
+        return [tag for tag in tags if tag not in own], [tag for tag in own if tag not in tags]
+
+    def in_steps(add: list[str], remove: list[str]) -> Result:
+        # An engine before 3.1: the steps one by one (the collection tag is never touched).
+        for tag in remove:
+            ctx.engine.remove_tag(document_id, tag)
+        if add:
+            ctx.engine.add_tags(document_id, add)
+        return shapes.document(ctx.engine.get_document(document_id))
+
+    return _patch_tags(ctx, document_id, expected_version, change, in_steps, "its tags were being changed")
+
+
+def _patch_tags(ctx: ToolContext, document_id: int, expected_version: int | None,
+                change: Callable[[dict[str, Any]], tuple[list[str], list[str]]],
+                in_steps: Callable[[list[str], list[str]], Result], doing: str) -> Result:
+    """Read the document, work out (tags to add, tags to remove) with `change`, and send both in one engine
+    step conditional on the version read; a change that landed first means read again (bounded), unless the
+    caller expected a version. An engine without that step (before 3.1) gets `in_steps` instead."""
     for _ in range(ATTEMPTS):
         raw = ctx.engine.get_document(document_id)
         version = _version(raw, expected_version)
-        own = [tag for tag in shapes.document_tags(raw) if not collection_tags.is_collection_tag(tag)]
-        add, remove = [tag for tag in tags if tag not in own], [tag for tag in own if tag not in tags]
+        add, remove = change(raw)
         if not add and not remove:
             return shapes.document(raw)
         try:
@@ -69,17 +74,13 @@ def retag(ctx: ToolContext, document_id: int, tags: list[str], expected_version:
                 raise
             if expected_version is not None:
                 raise version_conflict(None) from None
-            continue
+            continue  # another change landed first: read again and change from there
         except (EngineUnsupported, NotFound) as exc:
             if isinstance(exc, NotFound):
                 ctx.engine.get_document(document_id)  # the document still exists: the endpoint does not
-            # An engine before 3.1: the steps one by one (the collection tag is never touched).
-            for tag in remove:
-                ctx.engine.remove_tag(document_id, tag)
-            if add:
-                ctx.engine.add_tags(document_id, add)
+            return in_steps(add, remove)
         return shapes.document(ctx.engine.get_document(document_id))
-    raise Conflict("the document kept changing while its tags were being changed; try again")
+    raise Conflict(f"the document kept changing while {doing}; try again")
 
 
 def _move_in_steps(ctx: ToolContext, document_id: int, target: str, expected_version: int | None) -> Result:
