@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from kb_bridge.testing.processes import require
+from kb_bridge.testing.browser import sign_in, tab_to
 from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import error_code, modern_call
@@ -71,15 +71,6 @@ def console(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     bridge.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium = require("chromium")
-    with playwright_api.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield launched
-        launched.close()
-
-
 def shot(console: Console, page: Any, name: str) -> None:
     page.screenshot(path=str(console.shots / f"{name}.png"), full_page=True)
     if os.environ.get("KB_CONSOLE_SCREENSHOTS_TO_DOCS") == "1":
@@ -87,12 +78,7 @@ def shot(console: Console, page: Any, name: str) -> None:
 
 
 def signed_in(browser: Any, console: Console, token: str = ADMIN, **context: Any) -> Any:
-    page = browser.new_context(**context).new_page()
-    page.goto(console.ui + "/")
-    page.get_by_label("Access token").fill(token)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url("**/ui/search")
-    return page
+    return sign_in(browser, console.ui, token, start="/", **context)
 
 
 def test_a_wrong_token_does_not_sign_in(browser: Any, console: Console) -> None:
@@ -271,22 +257,15 @@ def test_keyboard_only_sign_in_search_and_open(browser: Any, console: Console) -
     page = browser.new_context().new_page()
     page.goto(console.ui + "/sign-in")
 
-    def tab_to(selector: str) -> None:
-        for _ in range(30):
-            page.keyboard.press("Tab")
-            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
-                return
-        raise AssertionError(f"Tab never reached {selector}")
-
-    tab_to("#token")
+    tab_to(page, "#token", 30)
     page.keyboard.type(ADMIN)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/search")
-    tab_to("#q")
+    tab_to(page, "#q", 30)
     page.keyboard.type(f"avocets upturned {SUFFIX}")
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/search?q=*")
-    tab_to(".results a")
+    tab_to(page, ".results a", 30)
     assert page.evaluate("document.activeElement.textContent") == f"Avocet {SUFFIX}"
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/documents/*")

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import requests
 
+from kb_bridge.testing.browser import sign_in, tab_to
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import modern_call
-from kb_bridge.testing.processes import ENGINE_KEY, REPO, Service, require, start_bridge, wait_until
+from kb_bridge.testing.processes import ENGINE_KEY, REPO, Service, start_bridge, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -86,27 +87,13 @@ def console(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     bridge.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium = require("chromium")
-    with playwright_api.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield launched
-        launched.close()
-
-
 def shot(page: Any, name: str) -> None:
     if os.environ.get("KB_CONSOLE_SCREENSHOTS_TO_DOCS") == "1":
         page.screenshot(path=str(REPO / "docs" / f"console-{name}.png"))
 
 
 def signed_in(browser: Any, console: Console, token: str = ADMIN, **context: Any) -> Any:
-    page = browser.new_context(**context).new_page()
-    page.goto(console.ui + "/sign-in")
-    page.get_by_label("Access token").fill(token)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url("**/ui/search")
-    return page
+    return sign_in(browser, console.ui, token, **context)
 
 
 def test_a_new_note_from_the_form_is_stored_with_its_collection_and_tags(browser: Any, console: Console) -> None:
@@ -270,29 +257,22 @@ def test_a_running_job_updates_on_the_jobs_page(browser: Any, console: Console, 
 def test_keyboard_only_new_note_and_job_filter(browser: Any, console: Console) -> None:
     page = signed_in(browser, console)
 
-    def tab_to(selector: str) -> None:
-        for _ in range(40):
-            page.keyboard.press("Tab")
-            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
-                return
-        raise AssertionError(f"Tab never reached {selector}")
-
-    tab_to('a[href="/ui/notes/new"]')
+    tab_to(page, 'a[href="/ui/notes/new"]', 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/notes/new")
-    tab_to("#note-title")
+    tab_to(page, "#note-title", 40)
     page.keyboard.type(f"Ruff {SUFFIX}")
-    tab_to("#note-text")
+    tab_to(page, "#note-text", 40)
     page.keyboard.type(f"Ruffs lek on spring meadows {SUFFIX}.")
-    tab_to("button[type=submit]:not(.signout button)")
+    tab_to(page, "button[type=submit]:not(.signout button)", 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/jobs/*")
-    tab_to('a[href="/ui/jobs"]')
+    tab_to(page, 'a[href="/ui/jobs"]', 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/jobs")
-    tab_to("#job-status")
+    tab_to(page, "#job-status", 40)
     page.keyboard.type("failed")  # a select picks the option typed
-    tab_to("main button[type=submit]")
+    tab_to(page, "main button[type=submit]", 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/jobs?status=failed")
 
@@ -302,22 +282,15 @@ def test_keyboard_only_details_change(browser: Any, console: Console) -> None:
     page = signed_in(browser, console)
     page.goto(f"{console.ui}/documents/{document_id}")
 
-    def tab_to(selector: str) -> None:
-        for _ in range(60):
-            page.keyboard.press("Tab")
-            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
-                return
-        raise AssertionError(f"Tab never reached {selector}")
-
-    tab_to("#details-title")
+    tab_to(page, "#details-title", 60)
     page.keyboard.press("Control+A")
     page.keyboard.type(f"Dunlin flock {SUFFIX}")
-    tab_to("#details-tags")
+    tab_to(page, "#details-tags", 60)
     page.keyboard.press("End")
     page.keyboard.type(", murmuration")
-    tab_to("#details-collection")
+    tab_to(page, "#details-collection", 60)
     page.keyboard.type(AWAY)  # a select picks the option typed
-    tab_to("form:has(#details-title) button[type=submit]")
+    tab_to(page, "form:has(#details-title) button[type=submit]", 60)
     page.keyboard.press("Enter")
     expect(page.get_by_role("status")).to_contain_text("Saved")
     stored = console.document(document_id)

@@ -17,8 +17,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
+from kb_bridge.testing.browser import sign_in, tab_to
 from kb_bridge.testing.mcp_http import modern_call
-from kb_bridge.testing.processes import ENGINE_KEY, REPO, Service, require, start_bridge, wait_until
+from kb_bridge.testing.processes import ENGINE_KEY, REPO, Service, start_bridge, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -88,22 +89,8 @@ def site(engine: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     bridge.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium = require("chromium")
-    with playwright_api.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield launched
-        launched.close()
-
-
 def signed_in(browser: Any, site: Site, token: str = ADMIN, **context: Any) -> Any:
-    page = browser.new_context(**context).new_page()
-    page.goto(site.ui + "/sign-in")
-    page.get_by_label("Access token").fill(token)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url("**/ui/search")
-    return page
+    return sign_in(browser, site.ui, token, **context)
 
 
 def titles(page: Any) -> list[str]:
@@ -194,32 +181,25 @@ def test_pages_keep_the_filters(browser: Any, site: Site) -> None:
 def test_keyboard_only_filters_search_and_pages(browser: Any, site: Site) -> None:
     page = signed_in(browser, site)
 
-    def tab_to(selector: str) -> None:
-        for _ in range(40):
-            page.keyboard.press("Tab")
-            if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
-                return
-        raise AssertionError(f"Tab never reached {selector}")
-
-    tab_to("#q")
+    tab_to(page, "#q", 40)
     page.keyboard.type(PAGED)
-    tab_to(".filters-box summary")
+    tab_to(page, ".filters-box summary", 40)
     page.keyboard.press("Enter")  # opens the folded filters
-    tab_to("#collection")
+    tab_to(page, "#collection", 40)
     options = page.locator("#collection option").all_inner_texts()
     for _ in range(options.index(MANY)):
         page.keyboard.press("ArrowDown")
-    tab_to("#mode")
+    tab_to(page, "#mode", 40)
     page.keyboard.press("ArrowDown")  # hybrid → fts
-    tab_to("#q")
+    tab_to(page, "#q", 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/search?q=*")
     assert parse_qs(urlsplit(page.url).query) == {"q": [PAGED], "collection": [MANY], "mode": ["fts"],
                                                   "time_field": ["created"]}  # the form sends every field
-    tab_to('a[rel="next"]')
+    tab_to(page, 'a[rel="next"]', 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**page=2*")
-    tab_to(".results a")
+    tab_to(page, ".results a", 40)
     page.keyboard.press("Enter")
     page.wait_for_url("**/ui/documents/*")
     expect(page.get_by_role("heading", level=1)).to_contain_text(f"{SUFFIX}")
