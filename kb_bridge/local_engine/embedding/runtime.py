@@ -95,7 +95,8 @@ def load_onnxruntime_first(embedder: str, runtime: str) -> None:
     onnxruntime (1.23 and later), they make onnxruntime's import kill the process (SIGSEGV in a virtual call
     on a codecvt facet during its module initialisation: usearch 2.26.6 with onnxruntime 1.32.0 here). In
     the other order both work. So the engine loads onnxruntime before it opens the store (engine.py), and
-    the engine tests before they collect anything (tests/engine/conftest.py).
+    the engine tests before they collect anything (tests/engine/conftest.py). setup.cfg holds usearch below
+    2.25 now, but an environment may hold a later one: the order costs nothing.
     """
     if embedder == "none" or runtime == "torch" or importlib.util.find_spec("onnxruntime") is None:
         return
