@@ -132,7 +132,7 @@ def test_the_graph_takes_every_dimension_from_config_json(tmp_path: Path) -> Non
         expected = torch.nn.functional.normalize(pooled, dim=1).numpy()
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(build_model(tmp_path).SerializeToString(),
+    session = onnxruntime.InferenceSession(build_model(tmp_path).serialized(),
                                            providers=["CPUExecutionProvider"])
     actual = session.run([OUTPUT], {INPUT_IDS: input_ids, ATTENTION_MASK: mask})[0]
     assert actual.shape == (3, 24)

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 from .document_pool import DocumentPool, plan_workers, usable_cores
 from .onnx_graph import ATTENTION_MASK, INPUT_IDS, OUTPUT, build_model, read_shape
 from .onnx_precision import Agreement, calibrate, choose, onnx_precision
+from .onnx_proto import Model
 from .tokens import load_tokenizer, max_seq_length, padded, token_ids
 
 if TYPE_CHECKING:
     import numpy as np
-    import onnx
     import onnxruntime
     from tokenizers import Tokenizer
 
@@ -74,7 +74,7 @@ class OnnxEmbedder:
     def __init__(
         self, model_dir: Path, name: str, batch_size: int = 16, query_precision: str = "auto",
         query_threads: int = 1, document_precision: str = "auto", document_workers: int = 0,
-        model: onnx.ModelProto | None = None,
+        model: Model | None = None,
     ) -> None:
         self.name = name
         self.batch_size = batch_size
@@ -178,17 +178,16 @@ class _Copy:
 class _Sessions:
     """Opens InferenceSessions on one model; every session reads the same weight arrays."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: Model) -> None:
         import numpy as np
         import onnxruntime
-        from onnx import numpy_helper
 
         self.weights: dict[str, Any] = {
-            initializer.name: np.ascontiguousarray(numpy_helper.to_array(initializer))
-            for initializer in model.graph.initializer if len(initializer.raw_data) >= _SHARED_BYTES
+            initializer.name: np.ascontiguousarray(initializer.array)
+            for initializer in model.graph.initializers if initializer.array.nbytes >= _SHARED_BYTES
         }
         self._values = {name: onnxruntime.OrtValue.ortvalue_from_numpy(array) for name, array in self.weights.items()}
-        self._serialized = model.SerializeToString()
+        self._serialized = model.serialized()
 
     def open(self, threads: int, *, spin: bool, prepack: bool) -> onnxruntime.InferenceSession:
         """A session `threads` wide. `spin`: its threads spin between operators (lower latency, busier cores).

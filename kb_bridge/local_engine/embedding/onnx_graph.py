@@ -1,4 +1,4 @@
-"""The ONNX graph of the bundled BERT sentence encoder, written with the `onnx` library from its safetensors.
+"""The ONNX graph of the bundled BERT sentence encoder, written from its safetensors (onnx_proto.py's dataclasses).
 
 No torch and no export step: the graph is the model's forward pass spelled out in standard ONNX operators,
 every dimension read from the model's config.json, every weight taken from model.safetensors (widened to
@@ -19,8 +19,9 @@ batch 16): the dense MatMuls are 82 % of the time and the fused kernels use the 
 also stays runnable and checkable by any ONNX tool. Token type ids are always 0 for one sentence, so
 token_type[0] is folded into the position table instead of being an input.
 
-`build_model` returns the float32 `onnx.ModelProto`; a lower precision (int8, float16) is a transformation
-of it, made before onnx_embedder.py opens sessions on it.
+`build_model` returns the float32 model (an `onnx_proto.Model`; its `serialized()` bytes are an ONNX
+ModelProto, so no `onnx` package is needed); a lower precision (int8, float16) is a transformation of it,
+made before onnx_embedder.py opens sessions on it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .onnx_proto import FLOAT, INT64, Graph, Model, Node, Tensor, ValueInfo
+
 if TYPE_CHECKING:
     import numpy as np
-    import onnx
 
 # LayerNormalization is a standard operator from opset 17 on; onnxruntime fuses around it.
 OPSET = 17
@@ -83,7 +85,7 @@ def read_shape(model_dir: Path) -> BertShape:
     return BertShape.from_config(json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
 
 
-def build_model(model_dir: Path) -> onnx.ModelProto:
+def build_model(model_dir: Path) -> Model:
     """The float32 sentence encoder of `model_dir` (config.json + model.safetensors) as an ONNX model."""
     from safetensors.numpy import load_file
 
@@ -125,30 +127,24 @@ class _GraphBuilder:
     def __init__(self, shape: BertShape, weights: dict[str, np.ndarray]) -> None:
         self.shape = shape
         self.weights = weights
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
+        self.nodes: list[Node] = []
+        self.initializers: list[Tensor] = []
         self._count = 0
 
-    def model(self) -> onnx.ModelProto:
-        from onnx import TensorProto, helper
-
+    def model(self) -> Model:
         mask_bias = self._mask_bias()
         hidden = self._embeddings()
         for layer in range(self.shape.layers):
             hidden = self._layer(hidden, mask_bias, f"encoder.layer.{layer}")
         pooled = self._l2_normalised(self._mean_pooled(hidden))
         self._op("Identity", [pooled], output=OUTPUT)
-        graph = helper.make_graph(
-            self.nodes, "sentence_encoder",
-            inputs=[helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
-                    for name in (INPUT_IDS, ATTENTION_MASK)],
-            outputs=[helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", self.shape.hidden])],
-            initializer=self.initializers,
+        graph = Graph(
+            "sentence_encoder", tuple(self.nodes), tuple(self.initializers),
+            inputs=tuple(ValueInfo(name, INT64, ("batch", "sequence")) for name in (INPUT_IDS, ATTENTION_MASK)),
+            outputs=(ValueInfo(OUTPUT, FLOAT, ("batch", self.shape.hidden)),),
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="kb-bridge")
-        model.ir_version = 8  # what opset 17 needs; onnxruntime reads any version up to its own
-        return model
+        # IR version 8 is what opset 17 needs; onnxruntime reads any version up to its own.
+        return Model(graph, opset_imports=(("", OPSET),), ir_version=8, producer="kb-bridge")
 
     # --- the parts of the network ---------------------------------------------------------------------------
 
@@ -218,12 +214,10 @@ class _GraphBuilder:
                         axis=-1, epsilon=self.shape.eps)
 
     def _op(self, op_type: str, inputs: list[str], output: str | None = None, **attributes: Any) -> str:
-        from onnx import helper
-
         self._count += 1
         output = output or f"{op_type.lower()}_{self._count}"
-        self.nodes.append(helper.make_node(op_type, inputs, [output], name=f"{op_type}_{self._count}",
-                                           **attributes))
+        self.nodes.append(Node(op_type, tuple(inputs), (output,), name=f"{op_type}_{self._count}",
+                               attributes=attributes))
         return output
 
     def _weight(self, name: str) -> str:
@@ -232,9 +226,7 @@ class _GraphBuilder:
         return self._constant(np.asarray(self.weights[name], dtype=np.float32), name)
 
     def _constant(self, array: np.ndarray, name: str) -> str:
-        from onnx import numpy_helper
-
-        self.initializers.append(numpy_helper.from_array(array, name))
+        self.initializers.append(Tensor(name, array))
         return name
 
     def _float(self, value: float) -> str:

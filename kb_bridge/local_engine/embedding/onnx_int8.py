@@ -21,48 +21,46 @@ tables (a Gather), layer norms and pooling.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
+
+from .onnx_proto import Model, Node, Tensor
 
 if TYPE_CHECKING:
     import numpy as np
-    import onnx
 
 BLOCK = 128
 MICROSOFT = "com.microsoft"
 _ZERO_POINT = 128  # MatMulNBits' zero point for 8 bits when none is given
 
 
-def quantised(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` whose MatMuls by a 2-D weight (every dense layer) run with 8-bit weights."""
-    from onnx import helper, numpy_helper
-
-    result = type(model)()
-    result.CopyFrom(model)
-    graph = result.graph
-    weights = {initializer.name: initializer for initializer in graph.initializer}
+def quantised(model: Model) -> Model:
+    """A copy of `model` whose MatMuls by a 2-D weight (every dense layer) run with 8-bit weights. The
+    arrays it keeps are shared with `model`, not copied (neither is ever written to)."""
+    graph = model.graph
+    weights = {initializer.name: initializer.array for initializer in graph.initializers}
     replaced: set[str] = set()
-    nodes = []
-    for node in graph.node:
-        name = node.input[1] if node.op_type == "MatMul" and len(node.input) == 2 else ""
-        if name not in weights or len(weights[name].dims) != 2 or weights[name].dims[0] % BLOCK:
+    added: list[Tensor] = []
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        name = node.inputs[1] if node.op_type == "MatMul" and len(node.inputs) == 2 else ""
+        weight = weights.get(name)
+        if weight is None or weight.ndim != 2 or weight.shape[0] % BLOCK:
             nodes.append(node)
             continue
-        k, n = weights[name].dims
-        blocks, scales = blockwise_8bit(numpy_helper.to_array(weights[name]))
-        graph.initializer.extend([numpy_helper.from_array(blocks, f"{name}.q8"),
-                                  numpy_helper.from_array(scales, f"{name}.scales")])
-        nodes.append(helper.make_node("MatMulNBits", [node.input[0], f"{name}.q8", f"{name}.scales"],
-                                      list(node.output), name=f"{node.name}_q8", domain=MICROSOFT,
-                                      K=k, N=n, bits=8, block_size=BLOCK, accuracy_level=4))
+        k, n = (int(size) for size in weight.shape)
+        blocks, scales = blockwise_8bit(weight)
+        added += [Tensor(f"{name}.q8", blocks), Tensor(f"{name}.scales", scales)]
+        nodes.append(Node("MatMulNBits", (node.inputs[0], f"{name}.q8", f"{name}.scales"), node.outputs,
+                          name=f"{node.name}_q8", domain=MICROSOFT,
+                          attributes=dict(K=k, N=n, bits=8, block_size=BLOCK, accuracy_level=4)))
         replaced.add(name)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    kept = [initializer for initializer in graph.initializer if initializer.name not in replaced]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    if not any(opset.domain == MICROSOFT for opset in result.opset_import):
-        result.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
-    return result
+    kept = tuple(initializer for initializer in graph.initializers if initializer.name not in replaced)
+    opsets = model.opset_imports
+    if not any(domain == MICROSOFT for domain, _ in opsets):
+        opsets += ((MICROSOFT, 1),)
+    return dataclasses.replace(model, opset_imports=opsets,
+                               graph=dataclasses.replace(graph, nodes=tuple(nodes), initializers=kept + tuple(added)))
 
 
 def blockwise_8bit(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -35,7 +35,8 @@ def installed_runtimes() -> Installed:
     def have(*modules: str) -> bool:
         return all(importlib.util.find_spec(module) is not None for module in modules)
 
-    return Installed(onnx=have("onnxruntime", "onnx", "tokenizers", "safetensors"),
+    # No `onnx`: the graph's bytes are written by onnx_proto.py.
+    return Installed(onnx=have("onnxruntime", "tokenizers", "safetensors"),
                      torch=have("torch", "sentence_transformers"))
 
 
@@ -62,8 +63,8 @@ def select_runtime(choice: str, device: str, installed: Installed, probe: Probe 
         return "torch", select_device(device, probe)
     if choice == "onnx":
         if not installed.onnx:
-            raise ConfigError("KB_ENGINE_RUNTIME=onnx but onnxruntime, onnx, tokenizers and safetensors are not "
-                              "all installed: pip install 'kb-bridge[engine]'")
+            raise ConfigError("KB_ENGINE_RUNTIME=onnx but onnxruntime, tokenizers and safetensors are not all "
+                              "installed: pip install 'kb-bridge[engine]'")
         if device not in ("auto", "cpu"):
             raise ConfigError(f"KB_ENGINE_RUNTIME=onnx runs on the CPU, but KB_ENGINE_DEVICE={device}: "
                               "set KB_ENGINE_RUNTIME=auto or torch (with the `gpu` extra) for a GPU")
