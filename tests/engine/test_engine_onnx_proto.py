@@ -138,6 +138,35 @@ def test_the_int8_model_parses_checks_and_holds_every_value(float32_model: Model
     assert len(proto.graph.node) == len(float32_model.graph.nodes)
 
 
+def written_by_onnx(model: Model) -> bytes:
+    """`model` made with onnx.helper as onnx_graph.py and onnx_int8.py made it before onnx_proto.py, and
+    serialised by protobuf."""
+    from onnx import helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node(node.op_type, list(node.inputs), list(node.outputs), name=node.name,
+                          domain=node.domain or None, **node.attributes) for node in model.graph.nodes],
+        model.graph.name,
+        inputs=[helper.make_tensor_value_info(value.name, value.elem_type, list(value.dims))
+                for value in model.graph.inputs],
+        outputs=[helper.make_tensor_value_info(value.name, value.elem_type, list(value.dims))
+                 for value in model.graph.outputs],
+        initializer=[numpy_helper.from_array(tensor.array, tensor.name) for tensor in model.graph.initializers],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, version)
+                                                    for domain, version in model.opset_imports],
+                              producer_name=model.producer)
+    proto.ir_version = model.ir_version
+    return bytes(proto.SerializeToString())
+
+
+@needs_model
+def test_the_bytes_are_the_ones_onnx_writes_for_the_same_model(float32_model: Model) -> None:
+    require_onnx()
+    for model in (float32_model, onnx_int8.quantised(float32_model)):
+        assert model.serialized() == written_by_onnx(model)
+
+
 def test_every_kind_of_value_is_written_as_onnx_reads_it() -> None:
     """The cases the model itself does not have: string and float-list attributes, a float16 and a 0-d
     tensor, a big-endian and a non-contiguous array, large and negative ints, names beyond ASCII."""

@@ -1,17 +1,18 @@
 """An ONNX model as plain dataclasses, and its bytes: the protobuf wire format written directly.
 
 The engine writes its graph at start (onnx_graph.py, onnx_int8.py) and hands onnxruntime the bytes
-(onnx_embedder.py); nothing else reads a model. The `onnx` package (26 MB, and ml_dtypes) would be
+(onnx_embedder.py); nothing else reads a model. The `onnx` package (27 MB, and ml_dtypes) would be
 installed for that alone, so the few messages the graph needs are spelled out here instead: a ModelProto
 with one GraphProto of NodeProtos (string, int, float and list attributes), TensorProto initializers
 (raw_data, little-endian), ValueInfoProto inputs and outputs of tensor type with named or fixed
 dimensions, and OperatorSetIdProto imports. Nothing else of ONNX (functions, subgraphs, external data,
 sparse tensors, doc strings) is written.
 
-The field numbers are onnx.proto's (onnx 1.17 to 1.23; ONNX never renumbers a field). Fields are written
-in field-number order, repeated scalars unpacked (onnx.proto is proto2 and does not mark them packed), as
-protobuf's own serialiser writes them: onnx parses these bytes and writes back the same ones
-(tests/engine/test_engine_onnx_proto.py checks that, onnx's checker and every value).
+The field and enum numbers are onnx.proto's (checked against onnx 1.23.2's copy; ONNX keeps them stable so
+that old models stay readable). Fields are written in field-number order, repeated scalars unpacked
+(onnx.proto is proto2 and does not mark them packed), as protobuf's own serialiser writes them: the model's
+bytes are the ones the `onnx` package wrote for it before, byte for byte, and onnx parses them and writes
+back the same (tests/engine/test_engine_onnx_proto.py checks that, onnx's full check and every value).
 """
 
 from __future__ import annotations
