@@ -46,7 +46,7 @@ def plan_workers(requested: int, device: str, cores: int) -> tuple[int, int]:
 class DocumentPool:
     """Copies of a model, each behind its own thread; `encode(model, texts)` runs on those threads.
 
-    Callers on several threads need no lock: a copy (and its tokenizer, which is not thread-safe) is only ever
+    Callers on several threads need no lock: a copy (and, on torch, its tokenizer, which is not thread-safe) is only ever
     touched by its own thread, and each call waits for its own shares. `prepare(executor)`, when given, runs
     once per thread before any work (torch sets its thread count there)."""
 

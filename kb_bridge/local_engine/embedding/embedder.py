@@ -72,8 +72,9 @@ DOCUMENT_MIN_COSINE = 0.999
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 on torch, on one device.
 
-    Separate copies of the model for queries and for documents: Hugging Face fast tokenizers are not safe to
-    call from two threads at once ("Already borrowed"), and one shared copy behind a lock would make every
+    Separate copies of the model for queries and for documents: the Hugging Face fast tokenizer that
+    sentence-transformers runs is not safe to call from two threads at once ("Already borrowed"; the ONNX
+    embedder's pure-Python one is, and is shared: tokens.py), and one shared copy behind a lock would make every
     search wait for the ingestion worker's current batch (seconds). The copy for queries is small (90 MB,
     45 MB in bfloat16), answers in milliseconds, and runs on a thread of its own (query_model.py says how and
     why). Documents go to a pool of copies working side by side (document_pool.py).

@@ -4,7 +4,7 @@ The graph is built in memory from the bundled weights (onnx_graph.py) and opened
 InferenceSessions, the same layout as the torch embedder's:
 
 - **Documents**: one session per document worker (document_pool.py plans how many and how many threads
-  each: one one-thread session per core on small machines), each with its own tokenizer and thread. Calls
+  each: one one-thread session per core on small machines), each with its own thread (one tokenizer serves all). Calls
   into one session from two threads measured at half the speed of two sessions (16 against 32 chunks/s on
   2 cores), so each worker has a session of its own. Their threads (when a session has more than one) do
   not spin between operators, unlike ORT's default, for the reason `OMP_WAIT_POLICY=PASSIVE` is set for
@@ -45,7 +45,8 @@ from .tokens import load_tokenizer, max_seq_length, padded, token_ids
 if TYPE_CHECKING:
     import numpy as np
     import onnxruntime
-    from tokenizers import Tokenizer
+
+    from .wordpiece import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ class OnnxEmbedder:
 
             sessions["int8"] = _Sessions(quantised(float32))
         del float32, model
-        queries = {precision: _Copy(opened.open(query_threads, spin=True, prepack=True), load_tokenizer(model_dir),
+        tokenizer = load_tokenizer(model_dir)  # one for every session: tokens.py says why it may be shared
+        queries = {precision: _Copy(opened.open(query_threads, spin=True, prepack=True), tokenizer,
                                     pad_id, batch_size) for precision, opened in sessions.items()}
         agreement = None
         if "int8" in queries:
@@ -114,7 +116,7 @@ class OnnxEmbedder:
         int8_documents = self.document_precision == "int8"
         self._documents = DocumentPool(
             [_Copy(sessions[self.document_precision].open(threads_each, spin=False, prepack=int8_documents),
-                   load_tokenizer(model_dir), pad_id, batch_size) for _ in range(workers)],
+                   tokenizer, pad_id, batch_size) for _ in range(workers)],
             _Copy.embed,
         )
         self.document_workers = workers
@@ -147,9 +149,9 @@ def _agreement(precision: str, agreement: Agreement | None) -> float:
 
 
 class _Copy:
-    """One session and its tokenizer; used by one thread at a time."""
+    """One session (and the shared tokenizer); used by one thread at a time."""
 
-    def __init__(self, session: onnxruntime.InferenceSession, tokenizer: Tokenizer, pad_id: int,
+    def __init__(self, session: onnxruntime.InferenceSession, tokenizer: WordPieceTokenizer, pad_id: int,
                  batch_size: int) -> None:
         self.session = session
         self.tokenizer = tokenizer

@@ -35,8 +35,8 @@ def installed_runtimes() -> Installed:
     def have(*modules: str) -> bool:
         return all(importlib.util.find_spec(module) is not None for module in modules)
 
-    # No `onnx`: the graph's bytes are written by onnx_proto.py.
-    return Installed(onnx=have("onnxruntime", "tokenizers", "safetensors"),
+    # No `onnx` (onnx_proto.py writes the graph's bytes), no `tokenizers` (wordpiece.py reads tokenizer.json).
+    return Installed(onnx=have("onnxruntime", "safetensors"),
                      torch=have("torch", "sentence_transformers"))
 
 
@@ -63,7 +63,7 @@ def select_runtime(choice: str, device: str, installed: Installed, probe: Probe 
         return "torch", select_device(device, probe)
     if choice == "onnx":
         if not installed.onnx:
-            raise ConfigError("KB_ENGINE_RUNTIME=onnx but onnxruntime, tokenizers and safetensors are not all "
+            raise ConfigError("KB_ENGINE_RUNTIME=onnx but onnxruntime and safetensors are not both "
                               "installed: pip install 'kb-bridge[engine]'")
         if device not in ("auto", "cpu"):
             raise ConfigError(f"KB_ENGINE_RUNTIME=onnx runs on the CPU, but KB_ENGINE_DEVICE={device}: "

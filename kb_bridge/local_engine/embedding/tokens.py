@@ -1,12 +1,13 @@
-"""Texts to the model's inputs with the `tokenizers` library, as sentence-transformers makes them.
+"""Texts to the model's inputs, as sentence-transformers makes them, with embedding/wordpiece.py.
 
 The model package's tokenizer.json says "truncate at 128, pad to 128" (what it was trained with);
 sentence-transformers overrides both: it truncates at sentence_bert_config.json's `max_seq_length` (256)
 and pads a batch to its longest text. So do we, or long chunks would lose half their words and short
 batches would carry 128 tokens of padding.
 
-A `Tokenizer` object is used by one thread only: each document worker and the query thread loads its own
-(15 ms, a few MB), as Hugging Face fast tokenizers are not safe to call from two threads at once.
+The tokenizer is pure Python and gives the `tokenizers` library's ids, id for id (the tests check it against
+that library, which only the `test` extra installs). Its only state after loading is a word cache whose
+single dict operations are atomic, so one tokenizer serves every document worker and the query thread.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .wordpiece import WordPieceTokenizer
+
 if TYPE_CHECKING:
     import numpy as np
-    from tokenizers import Tokenizer
 
 
 def max_seq_length(model_dir: Path) -> int:
@@ -29,20 +31,14 @@ def max_seq_length(model_dir: Path) -> int:
     return int(json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"])
 
 
-def load_tokenizer(model_dir: Path) -> Tokenizer:
-    """The model's tokenizer, truncating at its max_seq_length and not padding (`encode` pads)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=max_seq_length(model_dir))
-    tokenizer.no_padding()
-    return tokenizer
+def load_tokenizer(model_dir: Path) -> WordPieceTokenizer:
+    """The model's tokenizer, truncating at its max_seq_length and not padding (`padded` pads)."""
+    return WordPieceTokenizer.from_file(model_dir / "tokenizer.json", max_seq_length(model_dir))
 
 
-def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    # One text at a time: encode_batch would spread a handful of texts over every core (rayon), on threads
-    # that are each meant to use one; a 1,000-character chunk takes 0.25 ms here against ~60 ms in the model.
-    return [tokenizer.encode(text).ids for text in texts]
+def token_ids(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> list[list[int]]:
+    # A 1,000-character chunk takes ~0.2 ms here (bench/tokenizer.py) against ~60 ms in the model.
+    return [tokenizer.encode(text) for text in texts]
 
 
 def padded(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
