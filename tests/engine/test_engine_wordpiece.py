@@ -43,6 +43,10 @@ HARD_CASES = [
     "new letters \ua7cb\ua7dc \U00010d50 \U00016ea0 \u1c89", "\U000e0001\U000e0041 tags \U000f0000 private \ue000",
     "numbers 1,234.56 3.14e-10 10^9 1/2 ½ ²³", "code: def f(x): return x**2 # comment",
     "https://example.com/path?q=1&r=2#frag user@example.org",
+    "a\x0bb a\x0cb a\x85b \x00 x\u200b.\u200by !\x00! 中\x00文 e\x00\u0301", "\x00\x0b\x85",
+    "antidisestablishmentarianism" * 3 + " " + "ab" * 40,  # words past the cached length (64)
+    "word " * 3000 + "[SEP] tail",  # beyond 8,192 characters: words found one at a time
+    ("Ça été réglé. " * 400)[:9000] + "\x0b",
 ]
 
 
@@ -160,6 +164,9 @@ def test_the_shipped_unicode_data_is_what_tokenizers_does_for_every_code_point(r
         return normalizers.BertNormalizer(**{**options, **flags}).normalize_str  # type: ignore[no-any-return]
 
     unicode = wordpiece._unicode()
+    # wordpiece.py cleans word by word: the characters clean_text drops must never split words.
+    dropped = "".join(map(chr, expand(wordpiece_unicode.REMOVED)))
+    assert wordpiece.splitters(True, True)[0].findall(f"a{dropped}a") == [f"a{dropped}a"]
     removed, blanked = (set(expand(wordpiece_unicode.REMOVED)), set(expand(wordpiece_unicode.BLANKED)))
     clean, strip, lower = bert(clean_text=True), bert(strip_accents=True), bert(lowercase=True)
     nfd, pre = normalizers.NFD().normalize_str, pre_tokenizers.BertPreTokenizer().pre_tokenize_str
@@ -171,6 +178,35 @@ def test_the_shipped_unicode_data_is_what_tokenizers_does_for_every_code_point(r
         assert nfd(spaced) == unicode.nfd(spaced)
         assert strip(spaced) == unicode.marks.sub("", unicode.nfd(spaced))
         assert [piece for piece, _ in pre(spaced)] == unicode.words.findall(spaced)
+
+
+@pytest.mark.parametrize("clean_text", [True, False])
+@pytest.mark.parametrize("chinese", [True, False])
+def test_words_are_split_as_tokenizers_splits_them_for_every_code_point(
+    reference: Any, clean_text: bool, chinese: bool
+) -> None:
+    """wordpiece.py's word patterns (the full one, and the ASCII one for ASCII text) against the library's
+    cleaning and ideograph spacing followed by its pre-tokenizer; wordpiece.py cleans each word afterwards."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    normalize = normalizers.BertNormalizer(clean_text=clean_text, handle_chinese_chars=chinese,
+                                           strip_accents=False, lowercase=False).normalize_str
+    pre = pre_tokenizers.BertPreTokenizer().pre_tokenize_str
+    unicode = wordpiece._unicode()
+    full, ascii_only = wordpiece.splitters(clean_text, chinese)
+
+    def ours(pattern: Any, text: str) -> list[str]:
+        words = pattern.findall(text)
+        if clean_text:
+            words = [word for word in (unicode.removed.sub("", word) for word in words) if word]
+        return words
+
+    ascii_texts = ["x".join(map(chr, range(128))), "".join(map(chr, range(128))), "ab1 2c\x0bd\x0c!e\x1ff"]
+    for text in ascii_texts:
+        assert [piece for piece, _ in pre(normalize(text))] == ours(ascii_only, text) == ours(full, text)
+    for chars in blocks():
+        for text in ("a".join(chars), "".join(chars)):
+            assert [piece for piece, _ in pre(normalize(text))] == ours(full, text)
 
 
 def test_marks_are_reordered_by_the_combining_classes_tokenizers_knows(reference: Any) -> None:

@@ -1,10 +1,10 @@
 """The model's tokenizer.json read in pure Python: BERT WordPiece, the ids `tokenizers` gives, id for id.
 
 The `tokenizers` library (12 MB) requires huggingface_hub, which requires hf_xet, fsspec and filelock (35 MB
-more), in the default install only to read this one file (issue 34: the install ≤ 300 MB). What the file asks for is small:
-BertNormalizer, BertPreTokenizer, WordPiece and a [CLS] … [SEP] template. Everything is read from the file,
-and anything else (another type, an option not implemented here) is refused with a ValueError naming the
-field, so that another model cannot be tokenised wrongly without a word. tests/engine/test_engine_wordpiece.py
+more), in the default install only to read this one file (issue 34: the install ≤ 300 MB). What the file
+asks for is small: BertNormalizer, BertPreTokenizer, WordPiece and a [CLS] … [SEP] template. Everything
+is read from the file, and anything else (another type, an option not implemented here) is refused with a
+ValueError naming the field, so that another model cannot be tokenised wrongly without a word. tests/engine/test_engine_wordpiece.py
 checks the ids against `tokenizers` itself (the `test` extra), on real and generated text.
 
 How the Rust library does it, and how this does the same faster in Python:
@@ -15,9 +15,12 @@ How the Rust library does it, and how this does the same faster in Python:
   dropping non-spacing marks; lowercase maps each character alone (no final-sigma rule, unlike str.lower).
   The character data is the library's, not Python's: wordpiece_unicode.py says why.
 - BertPreTokenizer splits on whitespace and isolates each punctuation character. Spaces around an ideograph
-  isolate it just as well, so both happen in one regular expression over the cleaned text, and accents and
-  case are then taken off each word (the word's pieces are split again on punctuation, which NFD can make:
-  U+1FEF is a backquote). Neither step crosses a space or a punctuation mark, so the words are the same.
+  isolate it just as well, so both happen in one regular expression over the raw text, and cleaning, accents
+  and case are then taken off each word (its pieces split again on punctuation, which NFD can make: U+1FEF
+  is a backquote). None of these steps crosses a space, a punctuation mark or an ideograph, so the words are
+  the same as the library's; the dropped characters are none of those (except three spaces, U+000B, U+000C
+  and U+0085, which clean_text drops rather than blanks: with it, they are not separators here either).
+  So a word is normalised once, when first seen, and a text stops being read where truncation would cut it.
 - WordPiece: greedy longest match first, "##" on continuing pieces, a word longer than
   max_input_chars_per_word or one that cannot be split is a single [UNK].
 - Truncation is `enable_truncation(max_length=…)`'s (as sentence-transformers sets it): the first
@@ -32,13 +35,15 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from . import wordpiece_unicode as data
 
-CACHE_WORDS = 50_000  # ~10 MB at most; emptied when full (SciFact's 5k abstracts use ~33k distinct words)
+CACHE_WORDS = 50_000  # emptied when full (SciFact's 5k abstracts use ~33k distinct words)
+CACHE_WORD_CHARS = 64  # longer words are not cached, so the cache stays under ~15 MB whatever the text
+WHOLE_TEXT_CHARS = 8192  # a longer text's words are found one at a time, and not past the truncation
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3
 CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
        (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))  # tokenizers' is_chinese_char
@@ -57,11 +62,8 @@ class _Unicode:
     """The character data compiled into the forms used per text; built once per process, never changed."""
 
     def __init__(self) -> None:
-        isolated = _char_class(data.PUNCTUATION)
-        spaces = _char_class(data.SPACES)
         self.removed = re.compile(f"[{_char_class(data.REMOVED)}]")
-        self.words = re.compile(f"[{isolated}]|[^{spaces}{isolated}]+")
-        self.words_and_ideographs = re.compile(f"[{isolated}{_char_class(CJK)}]|[^{spaces}{isolated}{_char_class(CJK)}]+")
+        self.words = splitters(False, False)[0]  # for a word's cleaned, normalised form
         decompositions: dict[int, str] = dict(data.DECOMPOSITIONS)
         for cp in range(HANGUL_FIRST, HANGUL_LAST + 1):
             decompositions[cp] = _hangul(cp)
@@ -82,6 +84,47 @@ class _Unicode:
             classes = self.classes
             text = self.reorderable.sub(lambda run: "".join(sorted(run[0], key=lambda c: classes[ord(c)])), text)
         return text
+
+
+@functools.lru_cache(maxsize=None)
+def splitters(clean_text: bool, chinese: bool) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(any text, ASCII text) patterns for a text's words: runs between whitespace, each punctuation mark (and,
+    with handle_chinese_chars, ideograph) alone. With clean_text the characters it drops are not separators
+    (it drops U+000B, a space to the splitter, and so joins the words around it): they stay inside words,
+    and each word is cleaned when first seen."""
+    spaces = data.SPACES
+    if clean_text:
+        spaces = tuple((cp, cp) for cp in _expanded(spaces)
+                       if not any(first <= cp <= last for first, last in data.REMOVED))
+    isolated = data.PUNCTUATION + (CJK if chinese else ())
+    return _splitter(spaces, isolated), _splitter(_ascii(spaces), _ascii(isolated))
+
+
+def _splitter(spaces: tuple[tuple[int, int], ...], isolated: tuple[tuple[int, int], ...]) -> re.Pattern[str]:
+    """A pattern whose findall gives the words and isolated characters of a text.
+
+    Written for the speed of `re`: a class holding characters beyond U+FFFF is looked up in a table for the
+    rest and by a linear scan of its ranges beyond (~80 of them here) for EVERY character; so those ranges
+    are checked only behind a one-range test for such a character, and a run of ASCII letters and digits
+    followed by a separator is taken in one step (SciFact's chunks: 28 µs each against 116 with plain classes)."""
+    astral = "\\U00010000-\\U0010ffff"
+    near = _char_class(tuple((first, min(last, 0xFFFF)) for first, last in isolated if first <= 0xFFFF))
+    far = _char_class(tuple((max(first, 0x10000), last) for first, last in isolated if last > 0xFFFF))
+    blank = _char_class(spaces)
+    if any(last > 0xFFFF for _, last in spaces):
+        raise ValueError("whitespace beyond U+FFFF")  # none in Unicode; the pattern below relies on it
+    far_isolated = f"|(?=[{astral}])[{far}]" if far else ""
+    far_word = f"|(?=[{astral}])[^{far}]" if far else f"|[{astral}]"
+    return re.compile(f"[0-9A-Za-z]+(?![^{blank}{near}])|[{near}]{far_isolated}"
+                      f"|(?:[^{blank}{near}{astral}]+{far_word})+")
+
+
+def _ascii(runs: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    return tuple((first, min(last, 0x7F)) for first, last in runs if first <= 0x7F)
+
+
+def _expanded(runs: tuple[tuple[int, int], ...]) -> list[int]:
+    return [cp for first, last in runs for cp in range(first, last + 1)]
 
 
 def _hangul(cp: int) -> str:
@@ -138,16 +181,21 @@ class WordPieceTokenizer:
         limit = self._limit
         if len(ids) >= limit or not text:
             return
-        if self._clean_text and self._unicode.removed.search(text):
-            text = self._unicode.removed.sub("", text)
         cache, word_ids = self._cache, self._word_ids
-        for word in self._split(text):
+        if len(text) > WHOLE_TEXT_CHARS:
+            words: Iterable[str] = (match[0] for match in self._split_lazily(text))
+        elif text.isascii():  # most text: a pattern of ASCII classes only is twice as fast
+            words = self._split_ascii(text)
+        else:
+            words = self._split(text)
+        for word in words:
             pieces = cache.get(word)
             if pieces is None:
                 pieces = word_ids(word)
-                if len(cache) >= CACHE_WORDS:
-                    cache.clear()
-                cache[word] = pieces
+                if len(word) <= CACHE_WORD_CHARS:
+                    if len(cache) >= CACHE_WORDS:
+                        cache.clear()
+                    cache[word] = pieces
             ids += pieces
             if len(ids) >= limit:
                 return
@@ -162,6 +210,8 @@ class WordPieceTokenizer:
         return tuple(ids)
 
     def _normalize(self, word: str) -> str:
+        if self._clean_text and self._unicode.removed.search(word):
+            word = self._unicode.removed.sub("", word)
         if word.isascii():  # no accents; ASCII case is the same in Rust and Python
             return word.lower() if self._lowercase else word
         if self._strip_accents:
@@ -208,9 +258,10 @@ class WordPieceTokenizer:
         self._clean_text = flags["clean_text"]
         self._lowercase = flags["lowercase"]
         self._strip_accents = flags["lowercase"] if strip_accents is None else strip_accents  # as bert.rs
-        unicode = self._unicode
-        split = unicode.words_and_ideographs if flags["handle_chinese_chars"] else unicode.words
+        split, split_ascii = splitters(flags["clean_text"], flags["handle_chinese_chars"])
         self._split: Callable[[str], list[str]] = split.findall
+        self._split_ascii: Callable[[str], list[str]] = split_ascii.findall
+        self._split_lazily: Callable[[str], Iterator[re.Match[str]]] = split.finditer
 
     def _read_model(self, model: Mapping[str, Any]) -> None:
         _refuse_other_keys(model, _MODEL_KEYS, "model")
