@@ -41,8 +41,8 @@ from typing import Any
 
 from . import wordpiece_unicode as data
 
-CACHE_WORDS = 50_000  # emptied when full (SciFact's 5k abstracts use ~33k distinct words)
-CACHE_WORD_CHARS = 64  # longer words are not cached, so the cache stays under ~15 MB whatever the text
+CACHE_WORDS = 50_000  # emptied when full: SciFact's 5,183 abstracts, whole, fill 44k entries, 7 MB
+CACHE_WORD_CHARS = 64  # longer words are not cached, so a full cache is ~50 MB at worst whatever the text
 WHOLE_TEXT_CHARS = 8192  # a longer text's words are found one at a time, and not past the truncation
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3
 CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
