@@ -2,8 +2,8 @@
 
 HTML goes through the standard library's `html.parser`: it is lenient with broken markup, needs no
 dependency, and visible text is all we want (BeautifulSoup would add a dependency for the same result).
-PDF and DOCX use pypdf and python-docx (the `engine` extra); a type whose parser is not installed is
-refused at upload time (415), not accepted and failed later.
+PDF uses pypdf (the `engine` extra); a type whose parser is not installed is refused at upload time (415),
+not accepted and failed later. DOCX is read with the standard library (docx_text.py), as python-docx read it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import IngestionError
+from .docx_text import read_docx
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,8 @@ EXTENSIONS = {
     "docx": "docx",
 }
 # doc_type -> the module its parser needs, for types that need one.
-_REQUIRED_MODULE = {"pdf": "pypdf", "docx": "docx"}
-_PACKAGE_OF_MODULE = {"pypdf": "pypdf", "docx": "python-docx"}
+_REQUIRED_MODULE = {"pdf": "pypdf"}
+_PACKAGE_OF_MODULE = {"pypdf": "pypdf"}
 
 
 def doc_type_for(filename: str) -> str | None:
@@ -99,21 +100,19 @@ def _read_pdf(path: Path) -> str:
 
 
 def _read_docx(path: Path) -> str:
-    import docx
-
-    document = docx.Document(str(path))
+    """The body's paragraphs (Word headings as Markdown ones), then each table row as "cell | cell"."""
+    docx = read_docx(path)
     blocks: list[str] = []
-    for paragraph in document.paragraphs:
-        text = paragraph.text.strip()
+    for style_name, paragraph in docx.paragraphs:
+        text = paragraph.strip()
         if not text:
             continue
-        level = _heading_level(paragraph.style.name if paragraph.style is not None else "")
+        level = _heading_level(style_name or "")
         blocks.append(f"{'#' * level} {text}" if level else text)
-    for table in document.tables:
-        for row in table.rows:
-            cells = [cell.text.strip() for cell in row.cells]
-            if any(cells):
-                blocks.append(" | ".join(cells))
+    for row in docx.table_rows:
+        cells = [cell.strip() for cell in row]
+        if any(cells):
+            blocks.append(" | ".join(cells))
     return "\n\n".join(blocks)
 
 

@@ -1,0 +1,321 @@
+"""The text of a DOCX file, read with the standard library (zipfile, xml.etree) as python-docx reads it.
+
+What it gives is what python-docx 1.2 gives for the same file: `document.paragraphs` (each `w:p` directly
+under `w:body`) with `paragraph.text` and `paragraph.style.name`, then `document.tables` (each `w:tbl`
+directly under `w:body`) row by row with `row.cells` and `cell.text`. python-docx stays in the `test` extra
+as the reference (tests/engine/test_engine_docx_text.py); the engine no longer needs it, nor lxml under it.
+
+The file is an upload, so any file: each XML part is decompressed in pieces and refused past
+MAX_PART_BYTES (a zip bomb), a DOCTYPE is refused before its declarations are read (entity expansion;
+expat never fetches external entities), and the document is handed over one paragraph or table row at a
+time and dropped, so memory holds one block, not the document's tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import xml.etree.ElementTree as ET
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import IngestionError
+
+MiB = 1024 * 1024
+# The most a part of the file (word/document.xml, its styles, a relationships list) may decompress to, and
+# the most text the file may give. Far above real documents (a 1,000-page report's document.xml is tens of
+# MiB) and far below what a zip bomb expands to; parsing is streamed, so memory is not what bounds it.
+MAX_PART_BYTES = 128 * MiB
+# Word's widest table has 63 columns: a cell spanning more is damaged or hostile (python-docx would repeat
+# it that many times in its row).
+MAX_GRID_SPAN = 63
+_CHUNK_BYTES = 64 * 1024
+# An encrypted (password-protected) DOCX and an old .doc are OLE compound files, not zip archives.
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_REL = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
+_RT = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/"
+_MAIN_DOCUMENT = "word/document.xml"
+# A run's children that have text, as python-docx's run.text reads them (docx/oxml/text/run.py);
+# w:br is a line break ("\n") only when its type is textWrapping, the default.
+_RUN_TEXT = {f"{_W}tab": "\t", f"{_W}ptab": "\t", f"{_W}cr": "\n", f"{_W}noBreakHyphen": "-"}
+# Built-in style names as Word stores them -> as python-docx shows them (docx/styles/__init__.py, BabelFish).
+_UI_STYLE_NAMES = {"caption": "Caption", "footer": "Footer", "header": "Header",
+                   **{f"heading {n}": f"Heading {n}" for n in range(1, 10)}}
+
+
+@dataclasses.dataclass
+class DocxText:
+    """The body's paragraphs as (style name or None, text), then its tables' rows as lists of cell texts."""
+
+    paragraphs: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
+    table_rows: list[list[str]] = dataclasses.field(default_factory=list)
+
+
+def read_docx(path: Path) -> DocxText:
+    """The text of a DOCX file; IngestionError when it is not one or is refused (module docstring)."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        with path.open("rb") as file:
+            ole = file.read(len(_OLE_MAGIC)) == _OLE_MAGIC
+        raise IngestionError(
+            "not a DOCX file: it is a password-protected DOCX or an old Word .doc (save it as .docx without a "
+            "password)" if ole else "not a DOCX file: it is not a zip archive"
+        ) from None
+    with archive:
+        main = _related(archive, "", "officeDocument") or _MAIN_DOCUMENT
+        if main not in archive.NameToInfo:
+            raise IngestionError(f"not a DOCX file: the zip archive has no {main}")
+        styles = _read_styles(archive, _related(archive, main, "styles"))
+        reader = _BodyReader(styles)
+        _parse(archive, main, reader.take)
+        return reader.text
+
+
+def _related(archive: zipfile.ZipFile, source: str, kind: str) -> str | None:
+    """The part `source` ("" for the package) names as its relationship of this kind, if it has one."""
+    directory, name = posixpath.split(source)
+    rels = posixpath.join(directory, "_rels", f"{name}.rels")
+    if rels not in archive.NameToInfo:
+        return None
+    targets: list[str] = []
+
+    def take(element: ET.Element, open_elements: list[ET.Element]) -> bool:
+        if (len(open_elements) == 1 and element.tag == _REL and element.get("Type") == _RT + kind
+                and element.get("TargetMode") != "External"):
+            targets.append(element.get("Target", ""))
+        return True
+
+    _parse(archive, rels, take)
+    if not targets:
+        return None
+    target = targets[0]
+    return posixpath.normpath(target.lstrip("/") if target.startswith("/") else posixpath.join(directory, target))
+
+
+@dataclasses.dataclass
+class _Styles:
+    """Paragraph styles' names by id, and the default paragraph style's name (w:styles in styles.xml)."""
+
+    names: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    default: str | None = None
+
+    def name_of(self, style_id: str | None) -> str | None:
+        """As python-docx's paragraph.style.name: an id that names no paragraph style means the default."""
+        if style_id and style_id in self.names:
+            return self.names[style_id]
+        return self.default
+
+
+def _read_styles(archive: zipfile.ZipFile, part: str | None) -> _Styles:
+    if part is None or part not in archive.NameToInfo:
+        # python-docx then uses its template (docx/templates/default-styles.xml): Normal, the default, is
+        # its one paragraph style.
+        return _Styles({"Normal": "Normal"}, default="Normal")
+    styles = _Styles()
+    seen: set[str] = set()
+
+    def take(element: ET.Element, open_elements: list[ET.Element]) -> bool:
+        if len(open_elements) != 1 or element.tag != f"{_W}style":
+            return len(open_elements) == 1 or open_elements[1].tag != f"{_W}style"  # keep a style's inside
+        style_id = element.get(f"{_W}styleId")
+        name_element = element.find(f"{_W}name")
+        name = None if name_element is None else name_element.get(f"{_W}val")
+        name = _UI_STYLE_NAMES.get(name, name) if name is not None else None
+        if style_id is not None and style_id not in seen:  # python-docx takes the first of an id
+            seen.add(style_id)
+            if element.get(f"{_W}type") == "paragraph":
+                styles.names[style_id] = name
+        if element.get(f"{_W}type") == "paragraph" and element.get(f"{_W}default") in ("1", "true", "on"):
+            styles.default = name  # the last default one, as the spec and python-docx say
+        return True
+
+    _parse(archive, part, take)
+    return styles
+
+
+class _BodyReader:
+    """Takes word/document.xml's elements as they end: the first w:body's paragraphs, and its tables' rows."""
+
+    def __init__(self, styles: _Styles) -> None:
+        self.text = DocxText()
+        self._styles = styles
+        self._chars = 0
+        self._body_done = False
+        self._table: ET.Element | None = None
+        self._row_above: _Row | None = None
+
+    def take(self, element: ET.Element, open_elements: list[ET.Element]) -> bool:
+        """Reads each body paragraph and body table row as it ends. True drops the element: all but those
+        inside a paragraph or row still being built, so that memory holds one block whatever the file."""
+        depth = len(open_elements)
+        if depth == 1 and element.tag == f"{_W}body" and open_elements[0].tag == f"{_W}document":
+            self._body_done = True  # python-docx reads the first w:body only
+        if (depth < 2 or self._body_done or open_elements[0].tag != f"{_W}document"
+                or open_elements[1].tag != f"{_W}body"):
+            return True
+        if depth == 2:
+            if element.tag == f"{_W}p":
+                text = self._counted(_paragraph_text(element))
+                style_id = _val(_first(element, "pPr", "pStyle"))
+                self.text.paragraphs.append((self._styles.name_of(style_id), text))
+            return True
+        block = open_elements[2]
+        if block.tag == f"{_W}p":
+            return False  # inside a body paragraph
+        if block.tag != f"{_W}tbl":
+            return True
+        if depth == 3:
+            if element.tag == f"{_W}tr":
+                if block is not self._table:  # a table's first row: nothing is above it
+                    self._table, self._row_above = block, None
+                self._row_above = self._read_row(element)
+            return True
+        return open_elements[3].tag != f"{_W}tr"  # inside a row of a body table: kept until the row is read
+
+    def _read_row(self, tr: ET.Element) -> _Row:
+        """python-docx's row.cells (docx/table.py): a cell once per grid column it spans, and a vertically
+        merged cell's continuation as the cell it continues, found at the same grid offset in the row above."""
+        row = _Row(grid_before=_int(_val(_first(tr, "trPr", "gridBefore")), 0))
+        shown: list[str] = []
+        for tc in tr.findall(f"{_W}tc"):
+            span = min(_int(_val(_first(tc, "tcPr", "gridSpan")), 1), MAX_GRID_SPAN)
+            merge = _first(tc, "tcPr", "vMerge")
+            above = None
+            if merge is not None and merge.get(f"{_W}val", "continue") == "continue":
+                above = self._cell_above(row.grid_before + sum(cell.span for cell in row.cells))
+            if above is not None:
+                cell = _Cell(span, above.text, above.shown_span)
+            else:
+                cell = _Cell(span, "\n".join(_paragraph_text(p) for p in tc.findall(f"{_W}p")), span)
+            row.cells.append(cell)
+            for _ in range(cell.shown_span):
+                shown.append(self._counted(cell.text))
+        self.text.table_rows.append(shown)
+        return row
+
+    def _cell_above(self, offset: int) -> _Cell | None:
+        """The cell of the row above that starts at this grid offset (CT_Row.tc_at_grid_offset). None where
+        python-docx raises (a table's first row, no cell starting there): the continuation is then a cell."""
+        if self._row_above is None:
+            return None
+        remaining = offset - self._row_above.grid_before
+        for cell in self._row_above.cells:
+            if remaining < 0:
+                break
+            if remaining == 0:
+                return cell
+            remaining -= cell.span
+        return None
+
+    def _counted(self, text: str) -> str:
+        """The text, once it is counted against the limit: merged cells repeat theirs, so a small file could
+        otherwise give gigabytes."""
+        self._chars += len(text) + 1
+        if self._chars > MAX_PART_BYTES:
+            raise IngestionError(f"the DOCX file's text is over the limit of {MAX_PART_BYTES // MiB} MiB")
+        return text
+
+
+@dataclasses.dataclass
+class _Cell:
+    span: int  # grid columns this w:tc spans
+    text: str  # the text of the cell it shows: its own, or for a merged continuation the first cell's
+    shown_span: int  # how many times row.cells repeats it: the span of the cell whose text it shows
+
+
+@dataclasses.dataclass
+class _Row:
+    grid_before: int
+    cells: list[_Cell] = dataclasses.field(default_factory=list)
+
+
+def _paragraph_text(p: ET.Element) -> str:
+    """python-docx's paragraph.text: its runs and its hyperlinks' runs (direct children only)."""
+    parts: list[str] = []
+    for child in p:
+        if child.tag == f"{_W}r":
+            parts.append(_run_text(child))
+        elif child.tag == f"{_W}hyperlink":
+            parts.extend(_run_text(run) for run in child.findall(f"{_W}r"))
+    return "".join(parts)
+
+
+def _run_text(r: ET.Element) -> str:
+    parts: list[str] = []
+    for child in r:
+        if child.tag == f"{_W}t":
+            parts.append(child.text or "")
+        elif child.tag == f"{_W}br":
+            parts.append("\n" if child.get(f"{_W}type", "textWrapping") == "textWrapping" else "")
+        else:
+            parts.append(_RUN_TEXT.get(child.tag, ""))
+    return "".join(parts)
+
+
+def _first(element: ET.Element | None, *path: str) -> ET.Element | None:
+    """The first child of each name in turn (python-docx's ZeroOrOne properties), or None."""
+    for name in path:
+        if element is None:
+            return None
+        element = element.find(f"{_W}{name}")
+    return element
+
+
+def _val(element: ET.Element | None) -> str | None:
+    return None if element is None else element.get(f"{_W}val")
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+class _Streamed(ET.TreeBuilder):
+    """Builds a part's tree, handing each element to `take` as it ends with the elements still open around
+    it; what `take` returns True for is dropped from its parent, so memory holds what is still open."""
+
+    def __init__(self, part: str, take: Callable[[ET.Element, list[ET.Element]], bool]) -> None:
+        super().__init__()
+        self._part = part
+        self._take = take
+        self._open: list[ET.Element] = []
+
+    def doctype(self, name: str, pubid: str | None, system: str | None) -> None:
+        # Called at the DOCTYPE's start, before any of its declarations is read. Word never writes one.
+        raise IngestionError(f"the DOCX file's {self._part} has a DOCTYPE declaration, which is refused "
+                             "(its entities could expand without bound)")
+
+    def start(self, tag: str, attrs: dict[str, str], /) -> ET.Element:
+        element = super().start(tag, attrs)
+        self._open.append(element)
+        return element
+
+    def end(self, tag: str, /) -> ET.Element:
+        element = super().end(tag)
+        self._open.pop()
+        if self._open and self._take(element, self._open):
+            self._open[-1].remove(element)
+        return element
+
+
+def _parse(archive: zipfile.ZipFile, part: str,
+           take: Callable[[ET.Element, list[ET.Element]], bool]) -> None:
+    """Streams one part of the archive through the XML parser, a piece at a time: a DOCTYPE at its start is
+    refused before the rest is decompressed or parsed."""
+    info = archive.getinfo(part)
+    # zipfile never decompresses past the size the archive declares (a part that would is "Bad CRC-32"), so
+    # checking the declared size bounds what is decompressed.
+    if info.file_size > MAX_PART_BYTES:
+        raise IngestionError(f"the DOCX file's {part} is over the limit of {MAX_PART_BYTES // MiB} MiB when "
+                             "decompressed")
+    parser = ET.XMLParser(target=_Streamed(part, take))
+    with archive.open(info) as stream:
+        while chunk := stream.read(_CHUNK_BYTES):
+            parser.feed(chunk)
+    parser.close()
