@@ -5,10 +5,10 @@ under `w:body`) with `paragraph.text` and `paragraph.style.name`, then `document
 directly under `w:body`) row by row with `row.cells` and `cell.text`. python-docx stays in the `test` extra
 as the reference (tests/engine/test_engine_docx_text.py); the engine no longer needs it, nor lxml under it.
 
-The file is an upload, so any file: each XML part is decompressed in pieces and refused past
-MAX_PART_BYTES (a zip bomb), a DOCTYPE is refused before its declarations are read (entity expansion;
-expat never fetches external entities), and the document is handed over one paragraph or table row at a
-time and dropped, so memory holds one block, not the document's tree.
+The file is an upload, so any file: a part that would decompress past MAX_PART_BYTES is refused (a zip
+bomb), a DOCTYPE is refused before its declarations are read (entity expansion; expat never fetches
+external entities), and each part is parsed as it is decompressed, the document handed over one paragraph
+or table row at a time and then dropped, so memory holds one block, not the document's tree.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from ..errors import IngestionError
 
 MiB = 1024 * 1024
 # The most a part of the file (word/document.xml, its styles, a relationships list) may decompress to, and
-# the most text the file may give. Far above real documents (a 1,000-page report's document.xml is tens of
-# MiB) and far below what a zip bomb expands to; parsing is streamed, so memory is not what bounds it.
+# the most text the file may give. Far above real documents (20,000 paragraphs and a 3,000-row table make
+# 7 MiB of document.xml) and far below what a zip bomb expands to; a part is parsed as it is decompressed,
+# so memory does not grow with it.
 MAX_PART_BYTES = 128 * MiB
 # Word's widest table has 63 columns: a cell spanning more is damaged or hostile (python-docx would repeat
 # it that many times in its row).
@@ -38,10 +39,10 @@ _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _REL = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
 _RT = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/"
 _MAIN_DOCUMENT = "word/document.xml"
-# A run's children that have text, as python-docx's run.text reads them (docx/oxml/text/run.py);
+# A run's children that have text, as python-docx's run.text reads them (its CT_R.text);
 # w:br is a line break ("\n") only when its type is textWrapping, the default.
 _RUN_TEXT = {f"{_W}tab": "\t", f"{_W}ptab": "\t", f"{_W}cr": "\n", f"{_W}noBreakHyphen": "-"}
-# Built-in style names as Word stores them -> as python-docx shows them (docx/styles/__init__.py, BabelFish).
+# Built-in style names as Word stores them -> as python-docx shows them (its BabelFish).
 _UI_STYLE_NAMES = {"caption": "Caption", "footer": "Footer", "header": "Header",
                    **{f"heading {n}": f"Heading {n}" for n in range(1, 10)}}
 
@@ -112,8 +113,8 @@ class _Styles:
 
 def _read_styles(archive: zipfile.ZipFile, part: str | None) -> _Styles:
     if part is None or part not in archive.NameToInfo:
-        # python-docx then uses its template (docx/templates/default-styles.xml): Normal, the default, is
-        # its one paragraph style.
+        # python-docx then uses the styles of its own template, where Normal, the default, is the one
+        # paragraph style.
         return _Styles({"Normal": "Normal"}, default="Normal")
     styles = _Styles()
     seen: set[str] = set()
@@ -177,7 +178,7 @@ class _BodyReader:
         return open_elements[3].tag != f"{_W}tr"  # inside a row of a body table: kept until the row is read
 
     def _read_row(self, tr: ET.Element) -> _Row:
-        """python-docx's row.cells (docx/table.py): a cell once per grid column it spans, and a vertically
+        """python-docx's row.cells: a cell once per grid column it spans, and a vertically
         merged cell's continuation as the cell it continues, found at the same grid offset in the row above."""
         row = _Row(grid_before=_int(_val(_first(tr, "trPr", "gridBefore")), 0))
         shown: list[str] = []
