@@ -8,6 +8,7 @@ are refused with a message that says why, and an upload of one fails its job wit
 
 from __future__ import annotations
 
+import configparser
 import io
 import re
 import subprocess
@@ -248,6 +249,15 @@ def test_the_reader_needs_neither_python_docx_nor_lxml(tmp_path: Path) -> None:
                             check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == python_docx_read(path) + "\n"
+
+
+def test_the_engine_extra_installs_no_docx_package_and_the_tests_keep_python_docx() -> None:
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).parents[2] / "setup.cfg")
+    extras = {name: [re.split(r"[<>=!;\[ ]", line.strip())[0].lower() for line in value.splitlines() if line.strip()]
+              for name, value in config["options.extras_require"].items()}
+    assert "pypdf" in extras["engine"] and not {"python-docx", "lxml"} & set(extras["engine"])
+    assert "python-docx" in extras["test"]
 
 
 BILLION_LAUGHS = (
