@@ -277,6 +277,8 @@ def hostile(name: str, tmp_path: Path) -> Path:
         path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/styles.xml": BILLION_LAUGHS}))
     elif name == "zip_bomb":
         write_zip_bomb(path, "word/document.xml", docx_text.MAX_PART_BYTES + 1)
+    elif name == "malformed_xml":
+        path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/document.xml": b"<w:document><w:body>"}))
     elif name == "plain_zip":
         path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/document.xml": None}))
     elif name == "text_file":
@@ -290,6 +292,7 @@ REFUSALS = {
     "doctype": "the DOCX file's word/document.xml has a DOCTYPE declaration, which is refused",
     "doctype_in_styles": "the DOCX file's word/styles.xml has a DOCTYPE declaration, which is refused",
     "zip_bomb": "the DOCX file's word/document.xml is over the limit of 128 MiB when decompressed",
+    "malformed_xml": "could not read the docx file: unbound prefix",
     "plain_zip": "not a DOCX file: the zip archive has no word/document.xml",
     "text_file": "not a DOCX file: it is not a zip archive",
     "password_protected": "not a DOCX file: it is a password-protected DOCX or an old Word .doc",
