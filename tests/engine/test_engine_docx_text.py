@@ -13,6 +13,7 @@ import io
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -333,6 +334,14 @@ def hostile(name: str, tmp_path: Path) -> Path:
         path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/document.xml": None}))
     elif name == "text_file":
         path.write_text("just some text, named .docx\n")
+    elif name == "many_entries":
+        with zipfile.ZipFile(path, "w") as archive:
+            for n in range(docx_text.MAX_ENTRIES + 1):
+                archive.writestr(f"{n}", b"")
+    elif name == "damaged":
+        data = saved(_with_headings())
+        at = data.rfind(b"PK\x01\x02", 0, data.rfind(b"PK\x05\x06"))  # the last central directory entry
+        path.write_bytes(data[:at] + b"XX\x01\x02" + data[at + 4:])
     elif name == "password_protected":
         path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
     return path
@@ -346,6 +355,8 @@ REFUSALS = {
     "plain_zip": "not a DOCX file: the zip archive has no word/document.xml",
     "text_file": "not a DOCX file: it is not a zip archive",
     "password_protected": "not a DOCX file: it is a password-protected DOCX or an old Word .doc",
+    "many_entries": "not a DOCX file: its zip archive lists 10001 entries, more than the 10000",
+    "damaged": "the DOCX file's zip archive is damaged: Bad magic number for central directory",
 }
 
 

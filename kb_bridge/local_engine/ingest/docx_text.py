@@ -5,8 +5,8 @@ under `w:body`) with `paragraph.text` and `paragraph.style.name`, then `document
 directly under `w:body`) row by row with `row.cells` and `cell.text`. python-docx stays in the `test` extra
 as the reference (tests/engine/test_engine_docx_text.py); the engine no longer needs it, nor lxml under it.
 
-The file is an upload, so any file: a part that would decompress past MAX_PART_BYTES is refused (a zip
-bomb), a DOCTYPE is refused before its declarations are read (entity expansion; expat never fetches
+The file is an upload, so any file: an archive listing more than MAX_ENTRIES entries is refused before
+zipfile reads the list, a part that would decompress past MAX_PART_BYTES is refused (a zip bomb), a DOCTYPE is refused before its declarations are read (entity expansion; expat never fetches
 external entities), and each part is parsed as it is decompressed, the document handed over one paragraph
 or table row at a time and then dropped, so memory holds one block, not the document's tree.
 """
@@ -31,6 +31,10 @@ MAX_PART_BYTES = 128 * MiB
 # Word's widest table has 63 columns: a cell spanning more is damaged or hostile (python-docx would repeat
 # it that many times in its row).
 MAX_GRID_SPAN = 63
+# zipfile reads the whole list of entries into memory when it opens an archive: a few hundred bytes each, so
+# an upload of nothing but entries (13 million in 600 MiB) would take gigabytes. A DOCX has tens of parts, a
+# few thousand with every image of a long book.
+MAX_ENTRIES = 10_000
 _CHUNK_BYTES = 64 * 1024
 # An encrypted (password-protected) DOCX and an old .doc are OLE compound files, not zip archives.
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -57,15 +61,26 @@ class DocxText:
 
 def read_docx(path: Path) -> DocxText:
     """The text of a DOCX file; IngestionError when it is not one or is refused (module docstring)."""
+    with path.open("rb") as file:
+        try:
+            # zipfile's own reader of the archive's end record: the count it gives is the one zipfile acts on.
+            end = zipfile._EndRecData(file)  # type: ignore[attr-defined]
+        except zipfile.BadZipFile as exc:
+            raise IngestionError(f"the DOCX file's zip archive is damaged: {exc}") from None
+        if end is None:
+            file.seek(0)
+            ole = file.read(len(_OLE_MAGIC)) == _OLE_MAGIC
+            raise IngestionError(
+                "not a DOCX file: it is a password-protected DOCX or an old Word .doc (save it as .docx without "
+                "a password)" if ole else "not a DOCX file: it is not a zip archive")
+        entries = end[zipfile._ECD_ENTRIES_TOTAL]  # type: ignore[attr-defined]
+        if entries > MAX_ENTRIES:
+            raise IngestionError(f"not a DOCX file: its zip archive lists {entries} entries, more than the "
+                                 f"{MAX_ENTRIES} a DOCX file could need")
     try:
         archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        with path.open("rb") as file:
-            ole = file.read(len(_OLE_MAGIC)) == _OLE_MAGIC
-        raise IngestionError(
-            "not a DOCX file: it is a password-protected DOCX or an old Word .doc (save it as .docx without a "
-            "password)" if ole else "not a DOCX file: it is not a zip archive"
-        ) from None
+    except zipfile.BadZipFile as exc:
+        raise IngestionError(f"the DOCX file's zip archive is damaged: {exc}") from None
     with archive:
         main = _related(archive, "", "officeDocument") or _MAIN_DOCUMENT
         if main not in archive.NameToInfo:
