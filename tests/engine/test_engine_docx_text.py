@@ -428,6 +428,33 @@ def test_merges_python_docx_cannot_follow_are_read_as_cells(tmp_path: Path) -> N
     assert parsers.extract_text(path, "docx") == "first | wide | wide\n\n |  | under the middle of wide"
 
 
+def test_a_paragraph_of_too_many_elements_is_refused(tmp_path: Path) -> None:
+    """Memory holds one paragraph or row at a time: one that would be a tree of gigabytes is refused."""
+    runs = "<w:r/>" * (docx_text.MAX_OPEN_ELEMENTS + 1)
+    document = f"<w:document {W}><w:body><w:p>{runs}</w:p></w:body></w:document>".encode()
+    path = tmp_path / "long.docx"
+    path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/document.xml": document}))
+    with pytest.raises(IngestionError, match="has a paragraph or table row of over 500,000 XML elements"):
+        read_docx(path)
+    fewer = f"<w:document {W}><w:body><w:p>{runs[:-6 * 10]}<w:r><w:t>end</w:t></w:r></w:p></w:body></w:document>"
+    path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/document.xml": fewer.encode()}))
+    assert read_docx(path).paragraphs == [("Normal", "end")]
+
+
+def test_wide_merged_rows_are_read_in_one_pass(tmp_path: Path) -> None:
+    """Each continuation finds the cell above by its grid offset at once: rows of 50,000 cells, each merged
+    with the cell above, are read (scanning the row above for each cell would be over a billion steps)."""
+    cells = 50_000
+    first = "".join(f'<w:tc><w:tcPr><w:vMerge w:val="restart"/></w:tcPr><w:p><w:r><w:t>{n}</w:t></w:r></w:p></w:tc>'
+                    for n in range(cells))
+    second = "<w:tc><w:tcPr><w:vMerge/></w:tcPr></w:tc>" * cells
+    document = f"<w:document {W}><w:body><w:tbl><w:tr>{first}</w:tr><w:tr>{second}</w:tr></w:tbl></w:body></w:document>"
+    path = tmp_path / "wide_merged.docx"
+    path.write_bytes(rewrite_zip(saved(_with_headings()), {"word/document.xml": document.encode()}))
+    rows = read_docx(path).table_rows
+    assert rows[0] == rows[1] == [str(n) for n in range(cells)]
+
+
 def test_a_style_without_a_name_is_no_heading(tmp_path: Path) -> None:
     """python-docx names it None (the old reader then failed the whole file); it is read as plain text."""
     document = docx.Document()

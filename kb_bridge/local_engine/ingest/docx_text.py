@@ -8,7 +8,8 @@ as the reference (tests/engine/test_engine_docx_text.py); the engine no longer n
 The file is an upload, so any file: an archive listing more than MAX_ENTRIES entries is refused before
 zipfile reads the list, a part that would decompress past MAX_PART_BYTES is refused (a zip bomb), a DOCTYPE is refused before its declarations are read (entity expansion; expat never fetches
 external entities), and each part is parsed as it is decompressed, the document handed over one paragraph
-or table row at a time and then dropped, so memory holds one block, not the document's tree.
+or table row at a time and then dropped, so memory holds one block, not the document's tree (and a block of
+over MAX_OPEN_ELEMENTS elements is refused).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ MAX_GRID_SPAN = 63
 # an upload of nothing but entries (13 million in 600 MiB) would take gigabytes. A DOCX has tens of parts, a
 # few thousand with every image of a long book.
 MAX_ENTRIES = 10_000
+# The most elements a part's tree may hold at once: one paragraph or table row and what is still open around
+# it (each element takes a few hundred bytes). A real paragraph has tens to thousands; without a bound, one
+# paragraph of MAX_PART_BYTES would be a tree of gigabytes.
+MAX_OPEN_ELEMENTS = 500_000
 _CHUNK_BYTES = 64 * 1024
 # An encrypted (password-protected) DOCX and an old .doc are OLE compound files, not zip archives.
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -195,37 +200,28 @@ class _BodyReader:
     def _read_row(self, tr: ET.Element) -> _Row:
         """python-docx's row.cells: a cell once per grid column it spans, and a vertically
         merged cell's continuation as the cell it continues, found at the same grid offset in the row above."""
-        row = _Row(grid_before=_int(_val(_first(tr, "trPr", "gridBefore")), 0))
+        row = _Row()
+        offset = _int(_val(_first(tr, "trPr", "gridBefore")), 0)
         shown: list[str] = []
         for tc in tr.findall(f"{_W}tc"):
-            span = min(_int(_val(_first(tc, "tcPr", "gridSpan")), 1), MAX_GRID_SPAN)
+            # A negative span (damaged) counts as none, so that grid offsets only grow along a row.
+            span = max(0, min(_int(_val(_first(tc, "tcPr", "gridSpan")), 1), MAX_GRID_SPAN))
             merge = _first(tc, "tcPr", "vMerge")
             above = None
-            if merge is not None and merge.get(f"{_W}val", "continue") == "continue":
-                above = self._cell_above(row.grid_before + sum(cell.span for cell in row.cells))
+            if merge is not None and merge.get(f"{_W}val", "continue") == "continue" and self._row_above:
+                # The cell of the row above that starts at this grid offset (CT_Row.tc_at_grid_offset). None
+                # where python-docx raises (a table's first row, no cell starting there): then it is a cell.
+                above = self._row_above.starts.get(offset)
             if above is not None:
-                cell = _Cell(span, above.text, above.shown_span)
+                cell = _Cell(above.text, above.shown_span)
             else:
-                cell = _Cell(span, "\n".join(_paragraph_text(p) for p in tc.findall(f"{_W}p")), span)
-            row.cells.append(cell)
+                cell = _Cell("\n".join(_paragraph_text(p) for p in tc.findall(f"{_W}p")), span)
+            row.starts.setdefault(offset, cell)  # the first of cells sharing an offset, as python-docx finds
+            offset += span
             for _ in range(cell.shown_span):
                 shown.append(self._counted(cell.text))
         self.text.table_rows.append(shown)
         return row
-
-    def _cell_above(self, offset: int) -> _Cell | None:
-        """The cell of the row above that starts at this grid offset (CT_Row.tc_at_grid_offset). None where
-        python-docx raises (a table's first row, no cell starting there): the continuation is then a cell."""
-        if self._row_above is None:
-            return None
-        remaining = offset - self._row_above.grid_before
-        for cell in self._row_above.cells:
-            if remaining < 0:
-                break
-            if remaining == 0:
-                return cell
-            remaining -= cell.span
-        return None
 
     def _counted(self, text: str) -> str:
         """The text, once it is counted against the limit: merged cells repeat theirs, so a small file could
@@ -238,15 +234,13 @@ class _BodyReader:
 
 @dataclasses.dataclass
 class _Cell:
-    span: int  # grid columns this w:tc spans
     text: str  # the text of the cell it shows: its own, or for a merged continuation the first cell's
     shown_span: int  # how many times row.cells repeats it: the span of the cell whose text it shows
 
 
 @dataclasses.dataclass
 class _Row:
-    grid_before: int
-    cells: list[_Cell] = dataclasses.field(default_factory=list)
+    starts: dict[int, _Cell] = dataclasses.field(default_factory=dict)  # by the grid offset each starts at
 
 
 def _paragraph_text(p: ET.Element) -> str:
@@ -301,6 +295,8 @@ class _Streamed(ET.TreeBuilder):
         self._part = part
         self._take = take
         self._open: list[ET.Element] = []
+        self._sizes: list[int] = []  # how many elements each open element's tree holds so far, itself included
+        self._held = 0
 
     def doctype(self, name: str, pubid: str | None, system: str | None) -> None:
         # Called at the DOCTYPE's start, before any of its declarations is read. Word never writes one.
@@ -310,13 +306,22 @@ class _Streamed(ET.TreeBuilder):
     def start(self, tag: str, attrs: dict[str, str], /) -> ET.Element:
         element = super().start(tag, attrs)
         self._open.append(element)
+        self._sizes.append(1)
+        self._held += 1
+        if self._held > MAX_OPEN_ELEMENTS:
+            raise IngestionError(f"the DOCX file's {self._part} has a paragraph or table row of over "
+                                 f"{MAX_OPEN_ELEMENTS:,} XML elements, the limit")
         return element
 
     def end(self, tag: str, /) -> ET.Element:
         element = super().end(tag)
         self._open.pop()
+        size = self._sizes.pop()
         if self._open and self._take(element, self._open):
             self._open[-1].remove(element)
+            self._held -= size
+        elif self._sizes:
+            self._sizes[-1] += size
         return element
 
 
