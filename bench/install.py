@@ -102,16 +102,21 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                       largest={name: size for name, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:12]},
                       heavy=heavy(list(sizes)))
         return result
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, env=env, check=True).stdout.strip())
+    # What the fresh venv holds before the install (its own pip and setuptools): reported apart, so that the
+    # install's own share is plain too.
+    result["venv_own_bytes"] = du_bytes(site)
     progress(" ".join(command))
     started = time.perf_counter()
     subprocess.run(command, check=True, env=env, cwd=workdir)
     result["install_seconds"] = round(time.perf_counter() - started, 1)
     listed = json.loads(subprocess.run([python, "-m", "pip", "list", "--format", "json"], capture_output=True,
                                        text=True, env=env, check=True).stdout)
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, env=env, check=True).stdout.strip())
     # An editable install leaves kb_bridge (and its 45 MB model) in the checkout: counted beside site-packages.
-    result.update(mode="install", packages=len(listed), site_packages_bytes=du_bytes(site),
+    site_bytes = du_bytes(site)
+    result.update(mode="install", packages=len(listed), site_packages_bytes=site_bytes,
+                  added_bytes=site_bytes - result["venv_own_bytes"],
                   kb_bridge_bytes=du_bytes(source / "kb_bridge"), heavy=heavy([item["name"] for item in listed]),
                   largest=largest_folders(site))
     if args.check_engine:
