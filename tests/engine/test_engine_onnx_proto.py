@@ -163,7 +163,11 @@ def written_by_onnx(model: Model) -> bytes:
 @needs_model
 def test_the_bytes_are_the_ones_onnx_writes_for_the_same_model(float32_model: Model) -> None:
     require_onnx()
-    for model in (float32_model, onnx_int8.quantised(float32_model)):
+    model_dir = bundled_model_dir()
+    assert model_dir is not None
+    ranges = onnx_int8.load_ranges(model_dir)
+    for model in (float32_model, onnx_int8.quantised(float32_model),
+                  onnx_int8.quantised(float32_model, "smoothed", ranges)):  # int8 tensors, DynamicQuantizeMatMul
         assert model.serialized() == written_by_onnx(model)
 
 
@@ -193,8 +197,9 @@ def test_every_kind_of_value_is_written_as_onnx_reads_it() -> None:
 
 def test_the_data_type_numbers_are_onnxs() -> None:
     onnx = require_onnx()
-    assert (onnx_proto.FLOAT, onnx_proto.UINT8, onnx_proto.INT64, onnx_proto.FLOAT16) == (
-        onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8, onnx.TensorProto.INT64, onnx.TensorProto.FLOAT16)
+    assert (onnx_proto.FLOAT, onnx_proto.UINT8, onnx_proto.INT8, onnx_proto.INT64, onnx_proto.FLOAT16) == (
+        onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8, onnx.TensorProto.INT8, onnx.TensorProto.INT64,
+        onnx.TensorProto.FLOAT16)
 
 
 @pytest.mark.parametrize("value", [True, [], [np.int64(3)], np.int64(3), [1, "a"], None])

@@ -174,6 +174,10 @@ def test_a_real_engine_reports_its_runtime_precision_and_device(tmp_path: Path) 
         assert status["model"]["runtime"] == expected_runtime and status["device"] == expected_device
         # int8 where the calibration at load keeps it (embedding/onnx_precision.py), else float32
         assert set(status["model"]["precision"].values()) <= {"float32", "int8"} or expected_runtime == "torch"
+        if "int8" in status["model"]["precision"].values():  # and its form, as this CPU gets it (onnx_int8.py)
+            from kb_bridge.local_engine.embedding.onnx_int8 import cpu_form
+
+            assert status["model"]["int8_form"] == cpu_form()
         if expected_runtime == "onnx" and Path("/proc").is_dir():
             maps = "".join(Path(f"/proc/{pid}/maps").read_text() for pid in _processes(engine.process.pid))
             assert "onnxruntime" in maps and "libtorch" not in maps

@@ -48,4 +48,6 @@ def _model(embedder: Embedder | None) -> dict[str, object] | None:
             "runtime": getattr(embedder, "runtime", None),
             "document_workers": getattr(embedder, "document_workers", 1),
             "precision": {"documents": getattr(embedder, "document_precision", "float32"),
-                          "queries": getattr(embedder, "query_precision", "float32")}}
+                          "queries": getattr(embedder, "query_precision", "float32")},
+            # int8's form on the ONNX runtime ("smoothed" or "blockwise", embedding/onnx_int8.py); else null
+            "int8_form": getattr(embedder, "int8_form", None)}

@@ -75,9 +75,11 @@ class OnnxEmbedder:
     def __init__(
         self, model_dir: Path, name: str, batch_size: int = 16, query_precision: str = "auto",
         query_threads: int = 1, document_precision: str = "auto", document_workers: int = 0,
-        model: Model | None = None,
+        model: Model | None = None, int8_form: str | None = None,
     ) -> None:
         self.name = name
+        # Which 8-bit form (onnx_int8.py) the int8 sessions run, when there are any.
+        self.int8_form: str | None = None
         self.batch_size = batch_size
         self.device = "cpu"
         shape = read_shape(model_dir)
@@ -92,9 +94,14 @@ class OnnxEmbedder:
         float32 = model if model is not None else build_model(model_dir)
         sessions = {"float32": _Sessions(float32)}
         if {documents_choice, queries_choice} != {"float32"}:
-            from .onnx_int8 import quantised
+            from .onnx_int8 import cpu_form, load_ranges, quantised
 
-            sessions["int8"] = _Sessions(quantised(float32))
+            ranges = load_ranges(model_dir)
+            form = int8_form or cpu_form()
+            if form == "smoothed" and ranges is None:
+                form = "blockwise"  # a model folder without activation ranges (onnx_int8.py)
+            self.int8_form = form
+            sessions["int8"] = _Sessions(quantised(float32, form, ranges))
         del float32, model
         tokenizer = load_tokenizer(model_dir)  # one for every session: tokens.py says why it may be shared
         queries = {precision: _Copy(opened.open(query_threads, spin=True, prepack=True), tokenizer,
@@ -128,6 +135,14 @@ class OnnxEmbedder:
                     workers, threads_each, self.document_precision, query_threads, self.query_precision)
         self.embed_documents([_WARM_UP] * workers)
         self.embed_query(_WARM_UP)
+
+    @property
+    def document_format(self) -> str:
+        """The documents' number format as store_precision.py records it: the two int8 forms make different
+        vectors, so they are told apart ("int8" alone is the blockwise form, as stores recorded it before)."""
+        if self.document_precision == "int8" and self.int8_form == "smoothed":
+            return "int8-smoothed"
+        return self.document_precision
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

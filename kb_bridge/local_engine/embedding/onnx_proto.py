@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 # TensorProto.DataType
 FLOAT = 1
 UINT8 = 2
+INT8 = 3
 INT64 = 7
 FLOAT16 = 10
-_DATA_TYPES = {"float32": FLOAT, "uint8": UINT8, "int64": INT64, "float16": FLOAT16}
+_DATA_TYPES = {"float32": FLOAT, "uint8": UINT8, "int8": INT8, "int64": INT64, "float16": FLOAT16}
 
 # AttributeProto.AttributeType
 _ATTRIBUTE_FLOAT, _ATTRIBUTE_INT, _ATTRIBUTE_STRING, _ATTRIBUTE_FLOATS, _ATTRIBUTE_INTS = 1, 2, 3, 6, 7
@@ -55,7 +56,7 @@ class Node:
 
 @dataclasses.dataclass(frozen=True)
 class Tensor:
-    """A TensorProto initializer: a name and its value (float32, float16, uint8 or int64; 0-d for a scalar)."""
+    """A TensorProto initializer: a name and its value (float32, float16, uint8, int8 or int64; 0-d for a scalar)."""
 
     name: str
     array: np.ndarray

@@ -56,7 +56,8 @@ UNRECORDED = Writer("unrecorded", "unrecorded", 0.999)
 
 def writer_of(embedder: Any) -> Writer:
     """The documents' side of an embedder (its queries are checked with `query_agreement` in `check`)."""
-    return Writer(str(getattr(embedder, "runtime", "unknown")), str(getattr(embedder, "document_precision", "float32")),
+    precision = getattr(embedder, "document_format", getattr(embedder, "document_precision", "float32"))
+    return Writer(str(getattr(embedder, "runtime", "unknown")), str(precision),
                   round(float(getattr(embedder, "document_agreement", 1.0)), 6))
 
 
