@@ -53,6 +53,14 @@ def store(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The model folder shipped inside kb_bridge (tests that need it are skipped where it is missing)."""
+    found = bundled_model_dir()
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     yield server

@@ -63,13 +63,6 @@ def require_torch() -> None:
 
 
 @pytest.fixture(scope="module")
-def model_dir() -> Path:
-    found = bundled_model_dir()
-    assert found is not None
-    return found
-
-
-@pytest.fixture(scope="module")
 def reference() -> Any:
     """The ORIGINAL float32 weights on torch, as sentence-transformers runs them (not the bundled float16-stored
     copy the engine runs: the comparison covers the rounding too)."""

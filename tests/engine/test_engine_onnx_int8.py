@@ -119,13 +119,6 @@ def test_the_smoothed_form_divides_each_input_once_and_keeps_the_product(model_d
         onnx_int8.quantised(model, "smoothed", {})
 
 
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    found = bundled_model_dir()
-    assert found is not None
-    return found
-
-
 @needs_model
 @pytest.mark.parametrize("form", onnx_int8.FORMS)
 def test_int8_vectors_agree_with_torch_float32_per_text(model_dir: Path, form: str) -> None:

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kb_bridge.local_engine.embedding import wordpiece, wordpiece_unicode
-from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
 from kb_bridge.local_engine.embedding.tokens import max_seq_length
 from kb_bridge.local_engine.embedding.wordpiece import WordPieceTokenizer
 from kb_bridge.testing.reference_model import reference_tokenizer
@@ -48,13 +47,6 @@ HARD_CASES = [
     "word " * 3000 + "[SEP] tail",  # beyond 8,192 characters: words found one at a time
     ("Ça été réglé. " * 400)[:9000] + "\x0b",
 ]
-
-
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    found = bundled_model_dir()
-    assert found is not None
-    return found
 
 
 @pytest.fixture(scope="module")
