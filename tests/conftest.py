@@ -7,6 +7,7 @@ end-to-end tests under tests/e2e start real processes.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +26,16 @@ from kb_bridge.testing.fake_engine import make_settings
 hypothesis_settings.register_profile("dev", max_examples=60)
 hypothesis_settings.register_profile("ci", max_examples=500)
 hypothesis_settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Started in the background by a shell without job control (`cmd &`, nohup), the test run inherits SIGINT
+    # ignored, and so would every CLI the tests start: their Ctrl-C tests (tests/e2e/test_ingest.py,
+    # test_ingest_sync.py, test_people_cli.py) would send a signal nobody hears. With Python's own handler
+    # here, each child starts with the default again (a handled signal is reset by exec; an ignored one is not).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture
 def anyio_backend() -> str:

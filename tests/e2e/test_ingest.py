@@ -130,7 +130,9 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_continues_where_it_stopped(engine: Ser
     folder.mkdir()
     count = 120
     for i in range(count):
-        (folder / f"file{i:03d}.txt").write_text(f"Field report {i}: sightings of curlew {i} at the estuary. " * 12)
+        # Four chunks each (480 in all): the engine must still be embedding when Ctrl-C comes, however fast its
+        # model runs (one chunk per file was done before the signal on a fast int8 model under load).
+        (folder / f"file{i:03d}.txt").write_text(f"Field report {i}: sightings of curlew {i} at the estuary. " * 60)
     process = subprocess.Popen([sys.executable, "-m", "kb_bridge", "ingest", str(folder), "--collection", "bulk"],
                                env=_env(engine), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None

@@ -357,9 +357,10 @@ def test_a_rerun_after_ctrl_c_while_the_jobs_are_queued_adds_each_record_once(
     env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY})
     command = [sys.executable, "-m", "kb_bridge", "import", str(export_file)]
 
-    # A real backlog: one large bulk note (about 450 chunks) queued first. The worker takes the oldest bulk job
-    # first and claims no more while its chunks wait for the model, so the import's jobs wait behind it.
-    backlog = " ".join(f"Backlog paragraph {n}: waders feed on the mudflats at low tide." for n in range(6_000))
+    # A real backlog: one large bulk note (about 900 chunks) queued first. The worker takes the oldest bulk job
+    # first and claims no more while its chunks wait for the model, so the import's jobs wait behind it (450
+    # chunks were done before the rerun had sent its records, once the model ran in int8 at twice the speed).
+    backlog = " ".join(f"Backlog paragraph {n}: waders feed on the mudflats at low tide." for n in range(12_000))
     blocker = requests.post(engine.url + "/api/v1/jobs", headers=HEADERS, timeout=60, json={
         "text": backlog, "tags": [f"collection:backlog-{SUFFIX}"], "priority": "bulk"}).json()
     wait_until(lambda: engine_get(engine, f"/jobs/{blocker['id']}")["status"] == "running", 60, what="the backlog")
