@@ -94,14 +94,11 @@ class OnnxEmbedder:
         float32 = model if model is not None else build_model(model_dir)
         sessions = {"float32": _Sessions(float32)}
         if {documents_choice, queries_choice} != {"float32"}:
-            from .onnx_int8 import cpu_form, load_ranges, quantised
+            from .onnx_int8 import int8_model
 
-            ranges = load_ranges(model_dir)
-            form = int8_form or cpu_form()
-            if form == "smoothed" and ranges is None:
-                form = "blockwise"  # a model folder without activation ranges (onnx_int8.py)
-            self.int8_form = form
-            sessions["int8"] = _Sessions(quantised(float32, form, ranges))
+            quantised, self.int8_form = int8_model(float32, model_dir, int8_form)
+            sessions["int8"] = _Sessions(quantised)
+            del quantised
         del float32, model
         tokenizer = load_tokenizer(model_dir)  # one for every session: tokens.py says why it may be shared
         queries = {precision: _Copy(opened.open(query_threads, spin=True, prepack=True), tokenizer,

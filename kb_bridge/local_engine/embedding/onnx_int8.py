@@ -91,6 +91,16 @@ def load_ranges(model_dir: Path) -> dict[str, np.ndarray] | None:
     return dict(load_file(str(path)))
 
 
+def int8_model(float32: Model, model_dir: Path, form: str | None = None) -> tuple[Model, str]:
+    """`float32` with 8-bit weights, and the form they are in: `form`, or this CPU's (`cpu_form`); the smoothed
+    form needs the model folder's ranges file, and a folder without one gets the blockwise form."""
+    ranges = load_ranges(model_dir)
+    chosen = form or cpu_form()
+    if chosen == "smoothed" and ranges is None:
+        chosen = "blockwise"
+    return quantised(float32, chosen, ranges), chosen
+
+
 def quantised(model: Model, form: str = "blockwise", ranges: Mapping[str, np.ndarray] | None = None) -> Model:
     """A copy of `model` whose MatMuls by a 2-D weight (every dense layer) run with 8-bit weights in `form`.
     The arrays it keeps are shared with `model`, not copied (neither is ever written to)."""
@@ -98,7 +108,7 @@ def quantised(model: Model, form: str = "blockwise", ranges: Mapping[str, np.nda
         raise ValueError(f"int8 form {form!r} is not one of {', '.join(FORMS)}")
     graph = model.graph
     weights = {initializer.name: initializer.array for initializer in graph.initializers}
-    dense = [node for node in graph.nodes if _dense_weight(node, weights) is not None]
+    dense = [node for node in graph.nodes if dense_weight(node, weights) is not None]
     if form == "smoothed":
         dense = [node for node in dense if not is_feed_forward_output(node.inputs[1])]
         missing = sorted({node.inputs[1] for node in dense} - set(ranges or {}))
@@ -111,7 +121,7 @@ def quantised(model: Model, form: str = "blockwise", ranges: Mapping[str, np.nda
     nodes: list[Node] = []
     divided: dict[str, str] = {}  # an input's name -> its smoothed copy's (one Mul per input)
     for node in graph.nodes:
-        weight = _dense_weight(node, weights)
+        weight = dense_weight(node, weights)
         if weight is None:
             nodes.append(node)
             continue
@@ -148,7 +158,9 @@ def is_feed_forward_output(weight_name: str) -> bool:
     return weight_name.endswith(".output.dense.weight") and ".attention." not in weight_name
 
 
-def _dense_weight(node: Node, weights: Mapping[str, np.ndarray]) -> np.ndarray | None:
+def dense_weight(node: Node, weights: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """The [K, N] weight `node` multiplies by when it is a dense layer 8 bits can take (a MatMul by a 2-D
+    initializer whose K is a whole number of blocks); None for any other node."""
     name = node.inputs[1] if node.op_type == "MatMul" and len(node.inputs) == 2 else ""
     weight = weights.get(name)
     if weight is None or weight.ndim != 2 or weight.shape[0] % BLOCK:
