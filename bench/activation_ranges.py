@@ -13,7 +13,7 @@ float32 over 300 SciFact chunks 0.986 instead of 0.994). The file's metadata rec
 their count and the checkout's commit.
 
     python bench/activation_ranges.py            # rewrites the file
-    python bench/activation_ranges.py --check    # compares a fresh measurement with the file, writes nothing
+    python bench/activation_ranges.py --check    # measures again from the texts of the commit the file records
 """
 
 from __future__ import annotations
@@ -33,11 +33,27 @@ MODEL_DIR = REPO / "kb_bridge" / "local_engine" / "embedding" / "model"
 BATCH = 16
 
 
-def fit_texts(passages: int, sentences: int, seed: int) -> list[str]:
+def documentation(ref: str | None) -> list[str]:
+    """README.md, then docs/*.md by name: as the working tree has them, or as commit `ref` had them (the
+    documentation changes, so a file made at one commit is measured again from that commit's texts)."""
+    if ref is None:
+        return [(REPO / "README.md").read_text(encoding="utf-8")] + \
+            [path.read_text(encoding="utf-8") for path in sorted((REPO / "docs").glob("*.md"))]
+
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *arguments], capture_output=True, text=True,
+                              check=True).stdout
+
+    names = sorted(name for name in git("ls-tree", "--name-only", ref, "docs/").split()
+                   if name.endswith(".md") and name.count("/") == 1)
+    return [git("show", f"{ref}:README.md")] + [git("show", f"{ref}:{name}") for name in names]
+
+
+def fit_texts(passages: int, sentences: int, seed: int, ref: str | None = None) -> list[str]:
     from kb_bridge.local_engine.embedding.onnx_precision import DOCUMENT_TEXTS, QUERY_TEXTS
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    documents = [readme] + [path.read_text(encoding="utf-8") for path in sorted((REPO / "docs").glob("*.md"))]
+    documents = documentation(ref)
+    readme = documents[0]
     pieces = [text[start : start + 1000] for text in documents for start in range(0, len(text), 1000)]
     lines = [line.strip() for line in re.split(r"(?<=[.?!])\s+", readme) if 20 < len(line.strip()) < 200]
     generator = np.random.default_rng(seed)
@@ -51,15 +67,13 @@ def measure(texts: Sequence[str]) -> dict[str, np.ndarray]:
     import onnxruntime
 
     from kb_bridge.local_engine.embedding.onnx_graph import ATTENTION_MASK, INPUT_IDS, build_model
-    from kb_bridge.local_engine.embedding.onnx_int8 import BLOCK
+    from kb_bridge.local_engine.embedding.onnx_int8 import dense_weight
     from kb_bridge.local_engine.embedding.onnx_proto import FLOAT, ValueInfo
     from kb_bridge.local_engine.embedding.tokens import load_tokenizer, padded, token_ids
 
     model = build_model(MODEL_DIR)
     weights = {tensor.name: tensor.array for tensor in model.graph.initializers}
-    inputs = {node.inputs[1]: node.inputs[0] for node in model.graph.nodes
-              if node.op_type == "MatMul" and node.inputs[1] in weights and weights[node.inputs[1]].ndim == 2
-              and weights[node.inputs[1]].shape[0] % BLOCK == 0}
+    inputs = {node.inputs[1]: node.inputs[0] for node in model.graph.nodes if dense_weight(node, weights) is not None}
     exposed = sorted(set(inputs.values()))
     graph = dataclasses.replace(model.graph, outputs=model.graph.outputs + tuple(
         ValueInfo(name, FLOAT, ("batch", "sequence", f"{name}_width")) for name in exposed))
@@ -82,23 +96,33 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=64)
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--check", action="store_true", help="compare with the file; write nothing")
+    parser.add_argument("--check", action="store_true",
+                        help="measure again from the texts of the commit the file names; compare; write nothing")
+    parser.add_argument("--ref", help="read README.md and docs/ as this commit has them (default: the working "
+                                      "tree; with --check, the commit recorded in the file)")
     args = parser.parse_args()
+    from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
     from kb_bridge.local_engine.embedding.onnx_int8 import RANGES_FILE
 
-    texts = fit_texts(args.passages, args.sentences, args.seed)
-    ranges = measure(texts)
     target = MODEL_DIR / RANGES_FILE
+    recorded: dict[str, str] = {}
+    if args.check:
+        with safe_open(str(target), framework="numpy") as stored_file:
+            recorded = stored_file.metadata() or {}
+    ref = args.ref or (recorded.get("commit") if args.check else None)
+    texts = fit_texts(args.passages, args.sentences, args.seed, ref)
+    digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+    ranges = measure(texts)
     if args.check:
         stored = load_file(str(target))
         worst = max(float(np.max(np.abs(stored[name] / ranges[name] - 1))) for name in ranges)
-        print(f"{len(ranges)} layers; largest relative difference from {target.name}: {worst:.4f}")
+        same = "the same texts" if digest == recorded.get("texts_sha256") else "OTHER texts than the file's"
+        print(f"{len(ranges)} layers, {same} (at {ref}); largest relative difference from {target.name}: {worst:.4f}")
         return
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()
+    commit = ref or subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                   text=True).stdout.strip()
     save_file(ranges, str(target), metadata={"texts": str(len(texts)), "texts_sha256": digest, "commit": commit,
                                              "made_by": "bench/activation_ranges.py"})
     print(f"wrote {target} ({len(ranges)} layers, {len(texts)} texts, sha256 {digest[:12]}…, at {commit})")
