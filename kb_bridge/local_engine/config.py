@@ -85,6 +85,10 @@ class EngineConfig:
     neighbour_weight: float = 0.25
     # ... plus this much of its best neighbour's BM25 share (the lexical part of its fused score); 0: off.
     neighbour_lexical_weight: float = 0.4
+    # How many notes on either side are neighbours, and how much less each further one counts (the notes two
+    # away count decay times the weights above; search/context.py).
+    neighbour_reach: int = 2
+    neighbour_decay: float = 0.5
     # Diversity among hybrid results (search/diversity.py): how much a candidate's highest cosine to a result
     # already picked lowers its fused score when picking the next; 0 (the default) keeps the fused order.
     # 0.1 found more of the answers spread over several notes of a memory, at a small cost on documents
@@ -211,6 +215,8 @@ def _read(env: Env) -> dict[str, Any]:
         "neighbour_weight": env.number("KB_ENGINE_NEIGHBOUR_WEIGHT", d.neighbour_weight, low=0.0),
         "neighbour_lexical_weight": env.number("KB_ENGINE_NEIGHBOUR_LEXICAL_WEIGHT", d.neighbour_lexical_weight,
                                                low=0.0),
+        "neighbour_reach": env.integer("KB_ENGINE_NEIGHBOUR_REACH", d.neighbour_reach, 1, 8),
+        "neighbour_decay": env.number("KB_ENGINE_NEIGHBOUR_DECAY", d.neighbour_decay, low=0.0, high=1.0),
         "diversity": env.number("KB_ENGINE_DIVERSITY", d.diversity, low=0.0),
         "filter_idf": env.flag("KB_ENGINE_FILTER_IDF", d.filter_idf),
         "memory_vector_share": env.get("KB_ENGINE_MEMORY_VECTOR_SHARE", d.memory_vector_share, _share_or_off),

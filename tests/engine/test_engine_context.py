@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.search.context import with_neighbours
 from kb_bridge.local_engine.search.diversity import diversify
-from kb_bridge.local_engine.store.base import DocumentFilter
+from kb_bridge.local_engine.store.base import DocumentFilter, Store
 
 from kb_bridge.testing.engine_app import API, add_note, upload, wait_job
 
@@ -31,7 +31,7 @@ def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
         return {10: 0.3}
 
     ranked = [(1, 0.8), (2, 0.5), (3, 0.45), (4, 0.1)]
-    fused = with_neighbours(ranked, 2, 0.25, lambda chunk_ids: {1: [10], 3: [2, 4]}, scores_of)
+    fused = with_neighbours(ranked, 2, 0.25, lambda chunk_ids: {1: {10: 1}, 3: {2: 1, 4: 1}}, scores_of)
     assert asked == [{10}]  # only the neighbour that was no candidate
     scores = dict(fused)
     assert scores[1] == pytest.approx(0.8 + 0.25 * 0.3)
@@ -46,20 +46,40 @@ def test_a_note_also_adds_a_share_of_its_best_neighbours_lexical_part() -> None:
     # lexical part 0.5 of its 0.6. Chunk 3 is a little more similar in meaning than 2, with no neighbour.
     ranked = [(1, 0.6), (3, 0.33), (2, 0.3)]
     lexical = {1: 0.5}
-    plain = dict(with_neighbours(ranked, 2, 0.0, lambda ids: {1: [2]}, lambda ids: {}))
+    plain = dict(with_neighbours(ranked, 2, 0.0, lambda ids: {1: {2: 1}}, lambda ids: {}))
     assert plain == dict(ranked)
-    fused = with_neighbours(ranked, 2, 0.0, lambda ids: {1: [2]}, lambda ids: {}, 0.4, lexical)
+    fused = with_neighbours(ranked, 2, 0.0, lambda ids: {1: {2: 1}}, lambda ids: {}, 0.4, lexical)
     assert dict(fused)[2] == pytest.approx(0.3 + 0.4 * 0.5)
     assert dict(fused)[1] == pytest.approx(0.6)  # its neighbour has no lexical part
     assert [chunk_id for chunk_id, _ in fused] == [1, 2, 3]
-    both = dict(with_neighbours(ranked, 2, 0.25, lambda ids: {1: [2]}, lambda ids: {}, 0.4, lexical))
+    both = dict(with_neighbours(ranked, 2, 0.25, lambda ids: {1: {2: 1}}, lambda ids: {}, 0.4, lexical))
     assert both[2] == pytest.approx(0.3 + 0.25 * 0.6 + 0.4 * 0.5)
+
+
+def test_neighbours_further_away_count_less_by_the_decay() -> None:
+    # Chunk 3 has a neighbour next to it (1) and one two notes away (2): each distance's best counts,
+    # the second times the decay; chunk 2 also gets chunk 3's context back, at distance 2.
+    ranked = [(1, 0.6), (2, 0.5), (3, 0.2)]
+    lexical = {1: 0.3, 2: 0.4}
+    adjacent = {3: {1: 1, 2: 2}}
+    fused = dict(with_neighbours(ranked, 2, 0.25, lambda ids: adjacent, lambda ids: {}, 0.4, lexical, decay=0.5))
+    assert fused[3] == pytest.approx(0.2 + (0.25 * 0.6 + 0.4 * 0.3) + 0.5 * (0.25 * 0.5 + 0.4 * 0.4))
+    assert fused[2] == pytest.approx(0.5 + 0.5 * 0.25 * 0.2)
+    assert fused[1] == pytest.approx(0.6 + 0.25 * 0.2)
+    # decay 0: only the neighbours next to a note count, as with a reach of 1.
+    nearest = dict(with_neighbours(ranked, 2, 0.25, lambda ids: adjacent, lambda ids: {}, 0.4, lexical, decay=0.0))
+    assert nearest[3] == pytest.approx(0.2 + 0.25 * 0.6 + 0.4 * 0.3)
+    assert nearest[2] == pytest.approx(0.5)
 
 
 def test_without_weight_or_neighbours_the_ranking_is_unchanged() -> None:
     ranked = [(1, 0.8), (2, 0.5)]
-    assert with_neighbours(ranked, 10, 0.0, lambda ids: {1: [2]}, lambda ids: {}) == ranked
+    assert with_neighbours(ranked, 10, 0.0, lambda ids: {1: {2: 1}}, lambda ids: {}) == ranked
     assert with_neighbours(ranked, 10, 0.25, lambda ids: {}, lambda ids: {}) == ranked
+
+
+def store_of(app: flask.Flask) -> Store:
+    return engine_of(app).store
 
 
 @pytest.mark.both_stores
@@ -75,12 +95,18 @@ def test_neighbours_are_the_notes_submitted_beside_it_in_its_collection(
     note("a note in no collection")
     second = note("second note of the diary", "collection:diary")
     third = note("third note of the diary", "collection:diary", "day:1")
-    store = engine_of(app).store
-    adjacent = store.adjacent_notes([first, second, third], DocumentFilter())
-    assert adjacent == {first: [second], second: [first, third], third: [second]}
+    fourth = note("fourth note of the diary", "collection:diary")
+    adjacent = store_of(app).adjacent_notes([first, second, third], DocumentFilter())
+    assert adjacent == {first: {second: 1}, second: {first: 1, third: 1}, third: {second: 1, fourth: 1}}
     # The search's filter applies to neighbours: with day:1 the second note is not there to be one.
-    assert store.adjacent_notes([first, third], DocumentFilter(tags=("day:1",))) == {first: [third], third: [first]}
-    assert store.adjacent_notes([], DocumentFilter()) == {}
+    assert store_of(app).adjacent_notes([first, third], DocumentFilter(tags=("day:1",))) == {
+        first: {third: 1}, third: {first: 1}}
+    assert store_of(app).adjacent_notes([], DocumentFilter()) == {}
+    # Two notes on either side, counted within the collection: the other collection's note and the one in
+    # none, submitted in between, are not counted.
+    assert store_of(app).adjacent_notes([first, third], DocumentFilter(), reach=2) == {
+        first: {second: 1, third: 2}, third: {second: 1, first: 2, fourth: 1}}
+    assert store_of(app).adjacent_notes([second], DocumentFilter(), reach=3) == {second: {first: 1, third: 1, fourth: 2}}
 
 
 @pytest.mark.both_stores
@@ -119,6 +145,34 @@ def test_the_answer_after_a_question_is_found_through_its_neighbour(
         assert answer_rank <= 1, ranked
     else:
         assert answer_rank > 1, ranked  # the corpus makes the answer hard to find without its neighbour
+
+
+ASIDE = (
+    "Mel: The kids play football in the park every Sunday.",
+    "Caroline: Do you play any musical instruments, Mel?",
+    "Caroline: Sorry, the dog is barking at the door again.",
+    "Mel: Yes, the clarinet, ever since I was a child.",
+    "Mel: We saw a play at the theatre with the kids.",
+    "Mel: Music at the festival was too loud for me.",
+)
+
+
+@pytest.mark.parametrize("reach", [1, 2])
+def test_an_answer_two_notes_after_the_question_is_found_with_a_reach_of_two(
+    make_app: Callable[..., flask.Flask], model: object, reach: int
+) -> None:
+    """KB_ENGINE_NEIGHBOUR_REACH: an aside between the question and its answer."""
+    client = make_app(model=model, neighbour_reach=reach).test_client()
+    ids = [add_note(client, text, tags=["collection:memory"])["id"] for text in ASIDE]
+    response = client.post(f"{API}/search", json={"query": "which musical instruments does Mel play?",
+                                                  "mode": "hybrid", "top_n": 6})
+    ranked = [hit["document_id"] for hit in response.json["results"]]
+    # Reach 1: the two other notes of Mel that share a word with the question pass the answer; reach 2 gives
+    # it half its context from the question two notes before.
+    if reach == 2:
+        assert ranked.index(ids[3]) <= 2, ranked
+    else:
+        assert ranked.index(ids[3]) >= 4, ranked
 
 
 def test_diversity_lets_a_different_result_pass_a_near_copy() -> None:

@@ -97,6 +97,17 @@ def test_the_memory_vector_share_setting() -> None:
             load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": bad})
 
 
+def test_the_neighbour_reach_and_decay_settings() -> None:
+    assert (load_config({}).neighbour_reach, load_config({}).neighbour_decay) == (2, 0.5)
+    config = load_config({"KB_ENGINE_NEIGHBOUR_REACH": "1", "KB_ENGINE_NEIGHBOUR_DECAY": "0.3"})
+    assert (config.neighbour_reach, config.neighbour_decay) == (1, 0.3)
+    for name, bad in (("KB_ENGINE_NEIGHBOUR_REACH", "0"), ("KB_ENGINE_NEIGHBOUR_REACH", "9"),
+                      ("KB_ENGINE_NEIGHBOUR_REACH", "two"), ("KB_ENGINE_NEIGHBOUR_DECAY", "1.5"),
+                      ("KB_ENGINE_NEIGHBOUR_DECAY", "-0.1")):
+        with pytest.raises(ConfigError, match=name):
+            load_config({name: bad})
+
+
 def test_convex_fusion_scores_lexical_candidates_on_their_exact_cosine() -> None:
     asked: list[list[int]] = []
 

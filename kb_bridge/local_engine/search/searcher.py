@@ -98,10 +98,11 @@ class Searcher:
         if (config.neighbour_weight > 0 or config.neighbour_lexical_weight > 0) and config.fusion == "convex":
             fused = with_neighbours(
                 fused, request.top_n, config.neighbour_weight,
-                lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where),
+                lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where, config.neighbour_reach),
                 # Neighbours are notes of a collection: the memory share scores them.
                 lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids), memory=True),
                 config.neighbour_lexical_weight, self._fusion.lexical_part(lexical, ceiling, memory),
+                config.neighbour_decay,
             )
         if config.diversity > 0:
             fused = diversify(fused, request.top_n, config.diversity, self._vectors_of)

@@ -1,6 +1,7 @@
 """Adjacent notes: for a chunk of a note kept in a collection, the chunks of the notes of the same collection
-submitted just before and just after it (search/context.py ranks with them). One statement for both SQL
-stores: they differ only in the parameter mark (`?` or `%s`) and in their own `where_sql` for the filter.
+submitted just before and just after it, up to `reach` notes on either side, each with its distance (1: next
+to it; search/context.py ranks with them). One statement for both SQL stores: they differ only in the
+parameter mark (`?` or `%s`) and in their own `where_sql` for the filter.
 
 Order is the order of submission, the job id that created each note (`jobs.type = 'note'`), not the
 document id: the ingestion worker stores the documents of a batch in the order it finishes them, which is
@@ -22,8 +23,9 @@ SPAN = 64
 _COLLECTION_FROM, _COLLECTION_TO = "collection:", "collection;"
 
 
-def _neighbour_sql(mark: str, where: str, before: bool) -> str:
-    """The id of the nearest note submitted before (or after) job `a` that shares a collection with a's note."""
+def _neighbour_sql(mark: str, where: str, before: bool, distance: int) -> str:
+    """The id of the `distance`-th nearest note submitted before (or after) job `a` that shares a collection
+    with a's note (LIMIT with OFFSET: both SQLite and PostgreSQL, and no LATERAL, which SQLite lacks)."""
     within, order = (f"j.id < a.id AND j.id >= a.id - {SPAN}", "DESC") if before else (
         f"j.id > a.id AND j.id <= a.id + {SPAN}", "ASC")
     return f"""(SELECT j.document_id FROM jobs j JOIN documents d ON d.id = j.document_id
@@ -31,7 +33,7 @@ def _neighbour_sql(mark: str, where: str, before: bool) -> str:
           AND EXISTS (SELECT 1 FROM document_tags x JOIN document_tags y ON y.tag = x.tag
                       WHERE x.document_id = a.document_id AND y.document_id = j.document_id
                         AND x.tag >= {mark} AND x.tag < {mark})
-        ORDER BY j.id {order} LIMIT 1)"""
+        ORDER BY j.id {order} LIMIT 1 OFFSET {int(distance) - 1})"""
 
 
 def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str) -> set[int]:
@@ -48,12 +50,14 @@ def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str) -> set[int]
     return {int(chunk_id) for (chunk_id,) in rows}
 
 
-def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[object]], mark: str) -> dict[int, list[int]]:
-    """For each of these chunks that belongs to a note in a collection: the chunk ids of its neighbours.
+def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[object]], mark: str,
+                   reach: int = 1) -> dict[int, dict[int, int]]:
+    """For each of these chunks that belongs to a note in a collection: the chunk ids of its neighbours, up to
+    `reach` notes on either side, each with its distance in notes (1: submitted just before or after it).
 
     `where` is the backend's `where_sql(filter, "d")`; `mark` its parameter mark.
     """
-    if not chunk_ids:
+    if not chunk_ids or reach < 1:
         return {}
     clause, params = where
     marks = ", ".join([mark] * len(chunk_ids))
@@ -63,15 +67,23 @@ def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[o
         return {}
     doc_marks = ", ".join([mark] * len(anchors))
     collection = [_COLLECTION_FROM, _COLLECTION_TO]
+    # Columns: the neighbours at distance 1..reach before, then the same after.
+    distances = [d for _ in (True, False) for d in range(1, reach + 1)]
+    columns = ", ".join(_neighbour_sql(mark, clause, before, d) for before in (True, False) for d in range(1, reach + 1))
     rows = conn.execute(
-        f"SELECT a.document_id, {_neighbour_sql(mark, clause, True)}, {_neighbour_sql(mark, clause, False)} "
+        f"SELECT a.document_id, {columns} "
         f"FROM jobs a WHERE a.type = 'note' AND a.document_id IN ({doc_marks}) AND EXISTS (SELECT 1 FROM "
         f"document_tags c WHERE c.document_id = a.document_id AND c.tag >= {mark} AND c.tag < {mark})",
-        [*params, *collection, *params, *collection, *anchors, *collection],
+        [*[p for _ in distances for p in (*params, *collection)], *anchors, *collection],
     ).fetchall()
     # Only notes in a collection look for neighbours: the others (a corpus without collections) cost one
     # lookup each in the primary key of document_tags.
-    beside = {int(doc): [int(n) for n in (before, after) if n is not None] for doc, before, after in rows}
+    beside: dict[int, dict[int, int]] = {}
+    for doc, *found in rows:
+        for neighbour, distance in zip(found, distances, strict=True):
+            if neighbour is not None:
+                held = beside.setdefault(int(doc), {})
+                held[int(neighbour)] = min(distance, held.get(int(neighbour), distance))
     wanted = sorted({n for ns in beside.values() for n in ns})
     if not wanted:
         return {}
@@ -81,4 +93,5 @@ def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[o
         wanted,
     ).fetchall():
         chunks_of.setdefault(int(doc), []).append(int(chunk))
-    return {anchors[doc]: [c for n in ns for c in chunks_of.get(n, [])] for doc, ns in beside.items() if ns}
+    return {anchors[doc]: {c: d for n, d in ns.items() for c in chunks_of.get(n, [])}
+            for doc, ns in beside.items() if ns}

@@ -402,6 +402,7 @@ class Store(Protocol):
     def collection_notes(self, chunk_ids: Sequence[int]) -> set[int]:
         """Those of these chunks that belong to a note kept in a collection (store/adjacent.py)."""
 
-    def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
+    def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter, reach: int = 1) -> dict[int, dict[int, int]]:
         """For each of these chunks of a note in a collection: the chunks of the notes of that collection
-        submitted just before and after it that match `where` (store/adjacent.py)."""
+        submitted up to `reach` notes before and after it that match `where`, each with its distance (1: just
+        before or after; store/adjacent.py)."""

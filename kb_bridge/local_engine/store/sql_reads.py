@@ -150,7 +150,7 @@ class SqlReads:
         with self.db.snapshot() as conn:
             return adjacent.collection_notes(conn, chunk_ids, mark)
 
-    def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter) -> dict[int, list[int]]:
+    def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter, reach: int = 1) -> dict[int, dict[int, int]]:
         mark = "%s" if self.kind == "postgresql" else "?"
         with self.db.snapshot() as conn:
-            return adjacent.adjacent_notes(conn, chunk_ids, self.sql_documents.where_sql(where), mark)
+            return adjacent.adjacent_notes(conn, chunk_ids, self.sql_documents.where_sql(where), mark, reach)
