@@ -89,6 +89,12 @@ class EngineConfig:
     # away count decay times the weights above; search/context.py).
     neighbour_reach: int = 2
     neighbour_decay: float = 0.5
+    # How a lexical candidate's BM25 score is corrected in hybrid search (convex fusion) for the share of the
+    # query's words it holds and for the query's word pairs standing together in it (search/term_evidence.py);
+    # 0 turns either off.
+    coverage_power: float = 0.5
+    proximity_weight: float = 0.2
+    proximity_window: int = 6
     # Diversity among hybrid results (search/diversity.py): how much a candidate's highest cosine to a result
     # already picked lowers its fused score when picking the next; 0 (the default) keeps the fused order.
     # 0.1 found more of the answers spread over several notes of a memory, at a small cost on documents
@@ -217,6 +223,9 @@ def _read(env: Env) -> dict[str, Any]:
                                                low=0.0),
         "neighbour_reach": env.integer("KB_ENGINE_NEIGHBOUR_REACH", d.neighbour_reach, 1, 8),
         "neighbour_decay": env.number("KB_ENGINE_NEIGHBOUR_DECAY", d.neighbour_decay, low=0.0, high=1.0),
+        "coverage_power": env.number("KB_ENGINE_COVERAGE_POWER", d.coverage_power, low=0.0, high=4.0),
+        "proximity_weight": env.number("KB_ENGINE_PROXIMITY_WEIGHT", d.proximity_weight, low=0.0, high=4.0),
+        "proximity_window": env.integer("KB_ENGINE_PROXIMITY_WINDOW", d.proximity_window, 1, 64),
         "diversity": env.number("KB_ENGINE_DIVERSITY", d.diversity, low=0.0),
         "filter_idf": env.flag("KB_ENGINE_FILTER_IDF", d.filter_idf),
         "memory_vector_share": env.get("KB_ENGINE_MEMORY_VECTOR_SHARE", d.memory_vector_share, _share_or_off),

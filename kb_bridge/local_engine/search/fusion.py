@@ -4,7 +4,7 @@ Two methods (KB_ENGINE_FUSION):
 
 - `convex` (the default): each candidate chunk scores
   `w_vector * cosine + w_fts * bm25 / ceiling`, with the weights scaled to sum to 1. `ceiling` is the highest
-  BM25 score any chunk could reach for this query (the store's `text_score_ceiling`), so the lexical part is the share
+  BM25 score any chunk could reach for this query (the store's `query_terms(...).ceiling`), so the lexical part is the share
   of the query's lexical evidence that the chunk holds, from 0 to 1, and the cosine is the model's own
   absolute similarity. Every candidate of either signal is scored on both: its exact cosine is computed
   even when it is not among the vector candidates, and its BM25 is 0 only when it shares no word with the query
@@ -49,7 +49,7 @@ class Fusion:
         cosines_of: Callable[[Iterable[int]], Mapping[int, float]],
         memory: Collection[int] = (),
     ) -> Ranking:
-        """One ranking from the BM25 candidates (with the store's `text_score_ceiling`) and the vector candidates.
+        """One ranking from the BM25 candidates (with the ceiling of the store's `query_terms`) and the vector candidates.
 
         `cosines_of(chunk_ids)` gives the exact cosine of chunks that the vector cut missed; `memory` holds
         the candidates that are chunks of notes kept in a collection (scored with `memory_share`).

@@ -43,6 +43,15 @@ class Passage:
     highlights: tuple[tuple[int, int], ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class QueryTerms:
+    """A query's words as the full-text index holds them, in query order, each once, with their IDF, and
+    `ceiling`, the highest BM25 score a chunk could reach for them."""
+
+    weights: tuple[tuple[str, float], ...] = ()
+    ceiling: float = 0.0
+
+
 def text_sha256(text: str) -> str:
     """The key of a chunk's text: with the title, it says whether a stored vector can be reused."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -382,9 +391,12 @@ class Store(Protocol):
         """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit. With
         `filter_idf`, a word's IDF is counted among the chunks the filter allows (store/text_index.py)."""
 
-    def text_score_ceiling(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> float:
-        """The highest BM25 score a chunk could reach for this query (hybrid fusion's scale), with the IDF of
-        `search_text` given the same filter."""
+    def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
+        """The query's words as the full-text index holds them with the IDF `search_text` weighs them by given
+        the same filter, and the highest BM25 score a chunk could reach for them (hybrid fusion's scale)."""
+
+    def text_tokens(self, chunk_ids: Sequence[int]) -> dict[int, list[str]]:
+        """The words of each of these chunks' texts as the full-text index analyses them, in order."""
 
     def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
         """For each text (a hit's), its stretch of about `max_chars` characters that matches the query best in

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotFound
 from . import adjacent
-from .base import JSON, DocumentFilter, Passage, Ranking
+from .base import JSON, DocumentFilter, Passage, QueryTerms, Ranking
+from .text_index import ceiling_of
 
 if TYPE_CHECKING:
     from .derived import DerivedIndexes, Transactions
@@ -126,13 +127,23 @@ class SqlReads:
             return []
         return text.search(query, where, limit, self._sql_allowed(where), filter_idf)
 
-    def text_score_ceiling(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> float:
+    def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         text = self.indexes.text
         if text is None:
-            return 0.0
+            return QueryTerms()
         if where is None or not filter_idf:
-            return text.score_ceiling(query)
-        return text.score_ceiling(query, where, self._sql_allowed(where), filter_idf)
+            weights = text.term_weights(query)
+        else:
+            weights = text.term_weights(query, where, self._sql_allowed(where), filter_idf)
+        return QueryTerms(tuple(weights), ceiling_of(weights))
+
+    def text_tokens(self, chunk_ids: Sequence[int]) -> dict[int, list[str]]:
+        text = self.indexes.text
+        if text is None or not chunk_ids:
+            return {}
+        with self.db.snapshot() as conn:
+            texts = self.sql_documents.chunk_texts(conn, chunk_ids)
+        return {chunk_id: text.analyze(body) for chunk_id, body in texts.items()}
 
     def _sql_allowed(self, where: DocumentFilter) -> list[int] | None:
         """The documents that the filter's criteria the text index does not hold allow (None: no such criteria)."""

@@ -204,12 +204,23 @@ class TextIndex:
         IDF as tantivy computes it, ln(1 + (N - n + 0.5) / (n + 0.5)) for N chunks of which n hold the term
         (hybrid fusion's absolute scale, search/fusion.py); with `filter_idf` and a filter, N and n count
         only the chunks the filter allows, as `search` then weighs the words."""
+        return ceiling_of(self.term_weights(query, where, documents, filter_idf))
+
+    def term_weights(self, query: str, where: DocumentFilter | None = None, documents: Sequence[int] | None = None,
+                     filter_idf: bool = False) -> list[tuple[str, float]]:
+        """The query's words as the index holds them, in query order, each once, with the IDF `search` weighs
+        them by (within the filter with `filter_idf`)."""
         tokens = self.tokens(query)
         if not tokens:
-            return 0.0
+            return []
         searcher = self._index.searcher()
         filters = self._filters(where, documents) if filter_idf and where is not None else []
-        return (BM25_K1 + 1) * sum(self.idf_weights(searcher, tokens, filters).values())
+        weights = self.idf_weights(searcher, tokens, filters)
+        return [(token, weights[token]) for token in tokens]
+
+    def analyze(self, text: str) -> list[str]:
+        """The words of `text` as the index holds them, in order (positions for search/term_evidence.py)."""
+        return list(self._analyzer.analyze(text))
 
     def idf_weights(self, searcher: tantivy.Searcher, tokens: Sequence[str],
                     filters: Sequence[tantivy.Query] = ()) -> dict[str, float]:
@@ -247,6 +258,12 @@ class TextIndex:
 
     def __len__(self) -> int:
         return int(self._index.searcher().num_docs)
+
+
+def ceiling_of(weights: Sequence[tuple[str, float]]) -> float:
+    """The highest BM25 score a chunk could reach for words of these IDFs: a term's score tends to
+    idf * (k1 + 1) as it repeats."""
+    return (BM25_K1 + 1) * sum(weight for _, weight in weights)
 
 
 def _count(searcher: tantivy.Searcher, query: tantivy.Query) -> int:

@@ -36,6 +36,7 @@ from ..base import (
     DocumentFilter,
     FinishedJob,
     Idempotency,
+    QueryTerms,
     Ranking,
     Submission,
 )
@@ -274,6 +275,10 @@ class PostgresStore(SqlReads, SqlWrites):
     def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
         self._follow()
         return super().search_text(query, where, limit, filter_idf)
+
+    def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
+        self._follow()
+        return super().query_terms(query, where, filter_idf)
 
     def search_vectors(self, vector: np.ndarray, k: int, where: DocumentFilter | None = None,
                        exclude_chunk: int | None = None, exclude_document: int | None = None) -> Ranking:

@@ -255,6 +255,12 @@ def list_tags(conn: Any, prefix: str | None, within: str | None = None) -> list[
     return [{"name": r[0], "documents": int(r[1])} for r in conn.execute(sql + " GROUP BY t.tag ORDER BY t.tag", params)]
 
 
+def chunk_texts(conn: Any, chunk_ids: Sequence[int]) -> dict[int, str]:
+    """The text of each of these chunks by id; ids that no longer exist are absent."""
+    rows = conn.execute("SELECT id, text FROM chunks WHERE id = ANY(%s)", (list(chunk_ids),)).fetchall()
+    return {int(chunk_id): str(text) for chunk_id, text in rows}
+
+
 def get_chunks(conn: Any, chunk_ids: Sequence[int]) -> dict[int, dict[str, object]]:
     rows = dicts(conn, "SELECT c.id, c.document_id, c.chunk_index, c.text, d.title, d.source_path, d.doc_type, "
                        "d.created_at, d.updated_at FROM chunks c JOIN documents d ON d.id = c.document_id "

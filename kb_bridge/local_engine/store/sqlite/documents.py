@@ -283,6 +283,17 @@ def list_tags(conn: sqlite3.Connection, prefix: str | None, within: str | None =
     return [{"name": row[0], "documents": row[1]} for row in rows]
 
 
+def chunk_texts(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, str]:
+    """The text of each of these chunks by id; ids that no longer exist are absent."""
+    ids = list(chunk_ids)
+    found: dict[int, str] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        found.update((int(row[0]), str(row[1])) for row in conn.execute(
+            f"SELECT id, text FROM chunks WHERE id IN ({_marks(part)})", part))
+    return found
+
+
 def get_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, dict[str, object]]:
     """Chunk objects (score None) by id; ids that no longer exist are absent."""
     found: dict[int, dict[str, object]] = {}
