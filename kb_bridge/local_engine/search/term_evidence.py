@@ -13,8 +13,8 @@ within the search's filter when KB_ENGINE_FILTER_IDF applies), on each lexical c
   the chunk at most `window` words apart.
 
 Coverage leaves a chunk that holds every word of the query as it was and lowers the others; proximity
-raises the chunks where the query's words stand together. The searcher applies this to notes kept in a collection (short texts; searcher.py says why not
-to long chunks). On LoCoMo (agent memory) recall@5 0.697 to 0.725 with 0.5, 0.2 and 6, every conversation
+raises the chunks where the query's words stand together. The searcher applies this to notes kept in a
+collection (short texts; searcher.py says why not to long chunks). On LoCoMo (agent memory) recall@5 0.697 to 0.725 with 0.5, 0.2 and 6, every conversation
 up or level, the same settings chosen with any one conversation left out (docs/benchmarks.md, "Memory
 retrieval").
 """
@@ -47,13 +47,14 @@ def reweighed(
         return lexical
     pairs = [((a, b), min(wa, wb)) for (a, wa), (b, wb) in itertools.pairwise(weights)]
     pair_total = sum(weight for _, weight in pairs)
+    words = {word for word, _ in weights}
     scored: dict[int, float] = {}
     for chunk_id, score in lexical:
         tokens = tokens_of.get(chunk_id)
         if tokens is None:
             scored[chunk_id] = score
             continue
-        positions = _positions(tokens, {word for word, _ in weights})
+        positions = _positions(tokens, words)
         if coverage_power > 0:
             held = sum(weight for word, weight in weights if word in positions)
             score *= (held / total) ** coverage_power

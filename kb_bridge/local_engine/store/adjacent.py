@@ -67,23 +67,23 @@ def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[o
         return {}
     doc_marks = ", ".join([mark] * len(anchors))
     collection = [_COLLECTION_FROM, _COLLECTION_TO]
-    # Columns: the neighbours at distance 1..reach before, then the same after.
-    distances = [d for _ in (True, False) for d in range(1, reach + 1)]
-    columns = ", ".join(_neighbour_sql(mark, clause, before, d) for before in (True, False) for d in range(1, reach + 1))
+    # One column per side and distance: the neighbours at distance 1..reach before, then the same after.
+    sides = [(before, distance) for before in (True, False) for distance in range(1, reach + 1)]
+    columns = ", ".join(_neighbour_sql(mark, clause, before, distance) for before, distance in sides)
     rows = conn.execute(
         f"SELECT a.document_id, {columns} "
         f"FROM jobs a WHERE a.type = 'note' AND a.document_id IN ({doc_marks}) AND EXISTS (SELECT 1 FROM "
         f"document_tags c WHERE c.document_id = a.document_id AND c.tag >= {mark} AND c.tag < {mark})",
-        [*[p for _ in distances for p in (*params, *collection)], *anchors, *collection],
+        [*[p for _ in sides for p in (*params, *collection)], *anchors, *collection],
     ).fetchall()
     # Only notes in a collection look for neighbours: the others (a corpus without collections) cost one
     # lookup each in the primary key of document_tags.
+    # Each column is another note (another offset on one side), so a note has one distance.
     beside: dict[int, dict[int, int]] = {}
     for doc, *found in rows:
-        for neighbour, distance in zip(found, distances, strict=True):
+        for neighbour, (_, distance) in zip(found, sides, strict=True):
             if neighbour is not None:
-                held = beside.setdefault(int(doc), {})
-                held[int(neighbour)] = min(distance, held.get(int(neighbour), distance))
+                beside.setdefault(int(doc), {})[int(neighbour)] = distance
     wanted = sorted({n for ns in beside.values() for n in ns})
     if not wanted:
         return {}
