@@ -50,6 +50,13 @@ def test_the_ceiling_follows_the_same_idf(index: TextIndex) -> None:
     assert max(score for _, score in index.search(query, MEMORY, 9, filter_idf=True)) <= within
 
 
+def test_a_search_given_the_counted_weights_ranks_as_one_that_counts_them(index: TextIndex) -> None:
+    """Hybrid search counts the IDFs within the filter once (`term_weights`) and hands them to `search`."""
+    within = dict(index.term_weights("Alice clarinet", MEMORY, filter_idf=True))
+    assert index.search("Alice clarinet", MEMORY, 9, filter_idf=True, within=within) == index.search(
+        "Alice clarinet", MEMORY, 9, filter_idf=True)
+
+
 def test_a_search_without_a_filter_is_unchanged(index: TextIndex) -> None:
     everything = DocumentFilter()
     assert index.search("Alice clarinet", everything, 20, filter_idf=True) == index.search("Alice clarinet", everything, 20)

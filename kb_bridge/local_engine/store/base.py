@@ -387,9 +387,11 @@ class Store(Protocol):
         """What /api/v1/status reports about the search indexes."""
 
     # --- search -----------------------------------------------------------------------------------------------
-    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
+    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False,
+                    terms: QueryTerms | None = None) -> Ranking:
         """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit. With
-        `filter_idf`, a word's IDF is counted among the chunks the filter allows (store/text_index.py)."""
+        `filter_idf`, a word's IDF is counted among the chunks the filter allows (store/text_index.py);
+        `terms`, this query's `query_terms` with the same filter, saves counting them again."""
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         """The query's words as the full-text index holds them with the IDF `search_text` weighs them by given

@@ -121,11 +121,13 @@ class SqlReads:
             value = self.sql_documents.read_meta(conn, key)
             return None if value is None else str(value)
 
-    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
+    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False,
+                    terms: QueryTerms | None = None) -> Ranking:
         text = self.indexes.text
         if text is None:
             return []
-        return text.search(query, where, limit, self._sql_allowed(where), filter_idf)
+        within = dict(terms.weights) if terms is not None else None
+        return text.search(query, where, limit, self._sql_allowed(where), filter_idf, within)
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         text = self.indexes.text

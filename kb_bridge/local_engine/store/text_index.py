@@ -22,7 +22,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import tantivy
@@ -139,18 +139,19 @@ class TextIndex:
         return found
 
     def search(self, query: str, where: DocumentFilter, limit: int, documents: Sequence[int] | None = None,
-               filter_idf: bool = False) -> Ranking:
+               filter_idf: bool = False, within: Mapping[str, float] | None = None) -> Ranking:
         """(chunk_id, BM25 score) best first, among chunks with the filter's tags and doc_type and, when
         `documents` is given, of those documents (the store resolves the other criteria to them).
 
         With `filter_idf`, a filtered search weighs each word by its IDF among the chunks the filter allows
-        (`idf_weights`), not in the whole index."""
+        (`idf_weights`), not in the whole index; `within` gives those IDFs when they are already counted
+        (`term_weights` with the same filter), so hybrid search counts them once."""
         tokens = self.tokens(query)
         if not tokens or limit <= 0 or (documents is not None and not documents):
             return []
         filters = self._filters(where, documents)
         searcher = self._index.searcher()
-        boosts = self._boosts(searcher, tokens, filters) if filter_idf and filters else {}
+        boosts = self._boosts(searcher, tokens, filters, within) if filter_idf and filters else {}
         terms = []
         for token in tokens:
             term = tantivy.Query.term_query(self._schema, "body", token)
@@ -242,9 +243,12 @@ class TextIndex:
             weights[token] = _idf(total, held)
         return weights
 
-    def _boosts(self, searcher: tantivy.Searcher, tokens: Sequence[str], filters: Sequence[tantivy.Query]) -> dict[str, float]:
-        """Per token, the factor that turns tantivy's IDF over the whole index into the IDF within `filters`."""
-        within = self.idf_weights(searcher, tokens, filters)
+    def _boosts(self, searcher: tantivy.Searcher, tokens: Sequence[str], filters: Sequence[tantivy.Query],
+                within: Mapping[str, float] | None = None) -> dict[str, float]:
+        """Per token, the factor that turns tantivy's IDF over the whole index into the IDF within `filters`
+        (`within`, counted here unless given)."""
+        if within is None or any(token not in within for token in tokens):
+            within = self.idf_weights(searcher, tokens, filters)
         overall = self.idf_weights(searcher, tokens)
         return {token: within[token] / overall[token] for token in tokens if overall[token] > 0}
 

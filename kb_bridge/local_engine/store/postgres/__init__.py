@@ -272,9 +272,10 @@ class PostgresStore(SqlReads, SqlWrites):
         if head > self.indexes.position:
             self._catch_up()
 
-    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False) -> Ranking:
+    def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False,
+                    terms: QueryTerms | None = None) -> Ranking:
         self._follow()
-        return super().search_text(query, where, limit, filter_idf)
+        return super().search_text(query, where, limit, filter_idf, terms)
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         self._follow()
