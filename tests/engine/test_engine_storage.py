@@ -9,6 +9,7 @@ from pathlib import Path
 import flask
 import pytest
 
+from kb_bridge.local_engine.store.sqlite import db, documents
 from kb_bridge.local_engine.store.sqlite import schema as migrations
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.errors import ConfigError, DataDirInUse
@@ -142,3 +143,20 @@ def test_a_stored_vector_is_reused_only_for_the_same_title_and_text(
     add_note(client, "They dive for fish.", title="Grebes", source_path="copy")
     add_note(client, "They dive for fish.", title="Waterbirds")
     assert counting.inputs == ["Grebes\n\nThey dive for fish.", "Waterbirds\n\nThey dive for fish."]
+
+
+def test_lists_longer_than_one_statement_binds_are_read_in_parts(tmp_path: Path) -> None:
+    """db.in_parts: every id of a list longer than IN_PART is looked up, none twice (store/sqlite/db.py)."""
+    conn = sqlite3.connect(tmp_path / "db.sqlite3", isolation_level=None)
+    migrations.migrate(conn)
+    count = db.IN_PART * 2 + 3
+    conn.executemany("INSERT INTO documents (id, title, doc_type, size_bytes, sha256, created_at) "
+                     "VALUES (?, 't', 'note', 1, 'x', '2026-01-01T00:00:00.000Z')", [(n,) for n in range(1, count + 1)])
+    conn.executemany("INSERT INTO document_tags (document_id, tag) VALUES (?, ?)",
+                     [(n, f"n:{n}") for n in range(1, count + 1)])
+    parts = list(db.in_parts(list(range(count))))
+    assert [len(part) for part, _ in parts] == [db.IN_PART, db.IN_PART, 3]
+    assert all(marks.count("?") == len(part) for part, marks in parts)
+    tags = documents.tags_of(conn, range(count, 0, -1))
+    assert len(tags) == count and all(tags[n] == [f"n:{n}"] for n in range(1, count + 1))
+    conn.close()

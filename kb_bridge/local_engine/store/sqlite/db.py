@@ -12,12 +12,24 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 10_000
+# Values bound per `IN (...)` list: SQLite builds before 3.32 refuse more than 999 parameters in a statement.
+IN_PART = 500
+
+T = TypeVar("T")
+
+
+def in_parts(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
+    """`values` in parts small enough to bind in one statement, each with its `?, ?, ...` placeholders."""
+    for start in range(0, len(values), IN_PART):
+        part = list(values[start : start + IN_PART])
+        yield part, ", ".join("?" * len(part))
 
 
 class Database:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import NotFound
 from ..base import DocumentFilter, NewDocument, Original, text_sha256
+from .db import in_parts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,10 +64,9 @@ def tags_of(conn: sqlite3.Connection, document_ids: Iterable[int]) -> dict[int, 
     """Sorted tags per document id (every asked id is present, possibly with [])."""
     ids = sorted(set(document_ids))
     result: dict[int, list[str]] = {doc_id: [] for doc_id in ids}
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
+    for part, marks in in_parts(ids):
         rows = conn.execute(
-            f"SELECT document_id, tag FROM document_tags WHERE document_id IN ({_marks(part)}) ORDER BY tag",
+            f"SELECT document_id, tag FROM document_tags WHERE document_id IN ({marks}) ORDER BY tag",
             part,
         )
         for doc_id, tag in rows:
@@ -183,11 +183,10 @@ def stored_vectors_by_text(conn: sqlite3.Connection, keys: Iterable[tuple[str, s
     wanted = set(keys)
     shas = sorted({sha for _, sha in wanted})
     found: dict[tuple[str, str], bytes] = {}
-    for start in range(0, len(shas), 500):
-        part = shas[start : start + 500]
+    for part, marks in in_parts(shas):
         rows = conn.execute(
             "SELECT c.title, c.text_sha256, e.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
-            f"WHERE c.text_sha256 IN ({_marks(part)}) GROUP BY c.title, c.text_sha256",
+            f"WHERE c.text_sha256 IN ({marks}) GROUP BY c.title, c.text_sha256",
             part,
         )
         found.update(((row[0], row[1]), row[2]) for row in rows if (row[0], row[1]) in wanted)
@@ -205,9 +204,8 @@ def chunks_without_vectors(conn: sqlite3.Connection, limit: int) -> list[tuple[i
 
 def existing_chunk_ids(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> set[int]:
     found: set[int] = set()
-    for start in range(0, len(chunk_ids), 500):
-        part = list(chunk_ids[start : start + 500])
-        found.update(row[0] for row in conn.execute(f"SELECT id FROM chunks WHERE id IN ({_marks(part)})", part))
+    for part, marks in in_parts(chunk_ids):
+        found.update(row[0] for row in conn.execute(f"SELECT id FROM chunks WHERE id IN ({marks})", part))
     return found
 
 
@@ -285,25 +283,21 @@ def list_tags(conn: sqlite3.Connection, prefix: str | None, within: str | None =
 
 def chunk_texts(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, str]:
     """The text of each of these chunks by id; ids that no longer exist are absent."""
-    ids = list(chunk_ids)
     found: dict[int, str] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
+    for part, marks in in_parts(chunk_ids):
         found.update((int(row[0]), str(row[1])) for row in conn.execute(
-            f"SELECT id, text FROM chunks WHERE id IN ({_marks(part)})", part))
+            f"SELECT id, text FROM chunks WHERE id IN ({marks})", part))
     return found
 
 
 def get_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> dict[int, dict[str, object]]:
     """Chunk objects (score None) by id; ids that no longer exist are absent."""
     found: dict[int, dict[str, object]] = {}
-    ids = list(chunk_ids)
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
+    for part, marks in in_parts(chunk_ids):
         rows = conn.execute(
             "SELECT c.id, c.document_id, c.chunk_index, c.text, d.title, d.source_path, d.doc_type, "
             "d.created_at, d.updated_at FROM chunks c JOIN documents d ON d.id = c.document_id "
-            f"WHERE c.id IN ({_marks(part)})",
+            f"WHERE c.id IN ({marks})",
             part,
         ).fetchall()
         tags = tags_of(conn, [row["document_id"] for row in rows])
@@ -346,10 +340,6 @@ def _bump_version(conn: sqlite3.Connection, doc_id: int, now: str) -> None:
 def tag_state(conn: sqlite3.Connection, doc_id: int) -> dict[str, object]:
     version = conn.execute("SELECT version FROM documents WHERE id = ?", (doc_id,)).fetchone()[0]
     return {"id": doc_id, "tags": tags_of(conn, [doc_id])[doc_id], "version": version}
-
-
-def _marks(values: Sequence[object]) -> str:
-    return ", ".join("?" * len(values))
 
 
 # Bytes moved per step between a staged file and an original's blob: constant memory for any size.

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..derived import ChunkRow
 from . import documents
+from .db import in_parts
 
 _ROWS = "SELECT c.id, c.document_id, c.title, c.text, d.doc_type FROM chunks c JOIN documents d ON d.id = c.document_id"
 
@@ -79,7 +80,6 @@ def _with_tags(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> list[
 def _in_parts(conn: sqlite3.Connection, sql: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:
     ids = sorted(set(ids))
     found: list[tuple[Any, ...]] = []
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
-        found.extend(tuple(row) for row in conn.execute(sql.format(", ".join("?" * len(part))), part))
+    for part, marks in in_parts(ids):
+        found.extend(tuple(row) for row in conn.execute(sql.format(marks), part))
     return found
