@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import flask
 import pytest
 from flask.testing import FlaskClient
 
+from kb_bridge.local_engine.app import engine_of
 from kb_bridge.testing.engine_app import API, add_note, error_code, upload, wait_job
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
@@ -129,3 +131,26 @@ def test_vector_and_hybrid_filter_by_time_before_the_cut(vclient: FlaskClient, m
     only_first = search(vclient, query="a heron by the water", mode=mode, top_n=5, created_after="2019-01-01",
                         created_before="2019-02-01")
     assert [hit["document_id"] for hit in only_first["results"]] == [old[0]]
+
+
+def test_a_hybrid_search_with_a_time_bound_asks_the_database_once_which_documents_it_allows(
+        vector_app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The IDF within the filter and the BM25 ranking both need the documents a time bound allows; the store
+    resolves them once per search (QueryTerms.documents), not once for each."""
+    vclient = vector_app.test_client()
+    old = _crowded(vclient)
+    store = engine_of(vector_app).store
+    resolve = store.sql_documents.matching_document_ids  # type: ignore[attr-defined]
+    asked: list[object] = []
+
+    def counted(conn: Any, where: Any) -> list[int]:
+        asked.append(where)
+        return list(resolve(conn, where))
+
+    monkeypatch.setattr(store.sql_documents, "matching_document_ids", counted)  # type: ignore[attr-defined]
+    found = search(vclient, query="heron at the lake", mode="hybrid", top_n=2, created_before="2020-01-01")
+    assert sorted(hit["document_id"] for hit in found["results"]) == sorted(old)
+    assert len(asked) == 1
+    asked.clear()
+    search(vclient, query="heron at the lake", mode="hybrid", top_n=2)
+    assert asked == []  # no SQL-only criteria: nothing to resolve

@@ -127,17 +127,22 @@ class SqlReads:
         if text is None:
             return []
         within = dict(terms.weights) if terms is not None else None
-        return text.search(query, where, limit, self._sql_allowed(where), filter_idf, within)
+        if terms is not None and terms.documents is not None:
+            allowed: list[int] | None = list(terms.documents)
+        else:
+            allowed = self._sql_allowed(where)
+        return text.search(query, where, limit, allowed, filter_idf, within)
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         text = self.indexes.text
         if text is None:
             return QueryTerms()
+        allowed = self._sql_allowed(where) if where is not None else None
         if where is None or not filter_idf:
             weights = text.term_weights(query)
         else:
-            weights = text.term_weights(query, where, self._sql_allowed(where), filter_idf)
-        return QueryTerms(tuple(weights), ceiling_of(weights))
+            weights = text.term_weights(query, where, allowed, filter_idf)
+        return QueryTerms(tuple(weights), ceiling_of(weights), None if allowed is None else tuple(allowed))
 
     def text_tokens(self, chunk_ids: Sequence[int]) -> dict[int, list[str]]:
         text = self.indexes.text
