@@ -9,6 +9,8 @@ import datetime as dt
 
 from .errors import ValidationError
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
 
 def now_iso() -> str:
     return format_iso(dt.datetime.now(dt.timezone.utc))
@@ -28,6 +30,15 @@ def parse_iso(text: str, name: str) -> str:
         return format_iso(moment)
     except (ValueError, OverflowError):  # OverflowError: an offset that moves year 1 or 9999 out of range
         raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
+
+
+def epoch_millis(stamp: str) -> int:
+    """Milliseconds since 1970 of a stored timestamp (this format, or the same without milliseconds), for
+    indexes that compare instants as numbers (store/text_index.py)."""
+    moment = dt.datetime.fromisoformat(stamp.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return (moment - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: no float in between
 
 
 def seconds_ago_iso(seconds: float) -> str:

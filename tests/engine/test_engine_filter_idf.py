@@ -15,6 +15,8 @@ from kb_bridge.local_engine.store.text_index import BM25_K1, TextIndex
 
 MEMORY = DocumentFilter(tags=("collection:alice",))
 
+WRITTEN = "2026-01-01T00:00:00.000Z"  # created_at and updated_at of every chunk
+
 
 @pytest.fixture
 def index(tmp_path: Path) -> TextIndex:
@@ -24,7 +26,7 @@ def index(tmp_path: Path) -> TextIndex:
             (2, 2, "", "played my clarinet at the concert tonight", "note", ["collection:alice"])]
     rows += [(n, n, "", f"Alice talked about topic {n}", "note", ["collection:alice"]) for n in range(3, 10)]
     rows += [(n, n, "", f"clarinet reed review number {n}", "document", ["shop"]) for n in range(10, 50)]
-    text.put(rows)
+    text.put([(*row, WRITTEN, WRITTEN) for row in rows])
     text.commit(1)
     return text
 

@@ -10,7 +10,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import engine_of
-from kb_bridge.testing.engine_app import API, add_note, error_code, upload, wait_job
+from kb_bridge.testing.engine_app import API, add_note, error_code, upload, wait_for, wait_job
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores
@@ -133,24 +133,37 @@ def test_vector_and_hybrid_filter_by_time_before_the_cut(vclient: FlaskClient, m
     assert [hit["document_id"] for hit in only_first["results"]] == [old[0]]
 
 
-def test_a_hybrid_search_with_a_time_bound_asks_the_database_once_which_documents_it_allows(
-        vector_app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The IDF within the filter and the BM25 ranking both need the documents a time bound allows; the store
-    resolves them once per search (QueryTerms.documents), not once for each."""
+
+@pytest.mark.parametrize("mode", ["fts", "hybrid"])
+def test_the_text_index_applies_time_bounds_itself_without_asking_the_database(
+        vector_app: flask.Flask, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """Time bounds are ranges over the text index's own columns (store/text_index.py, TIME_FIELDS): the
+    database is not asked which documents a bound allows (that list grows with the store and cost 28-34 ms
+    per count at 100k chunks)."""
     vclient = vector_app.test_client()
     old = _crowded(vclient)
     store = engine_of(vector_app).store
-    resolve = store.sql_documents.matching_document_ids  # type: ignore[attr-defined]
     asked: list[object] = []
-
-    def counted(conn: Any, where: Any) -> list[int]:
-        asked.append(where)
-        return list(resolve(conn, where))
-
-    monkeypatch.setattr(store.sql_documents, "matching_document_ids", counted)  # type: ignore[attr-defined]
-    found = search(vclient, query="heron at the lake", mode="hybrid", top_n=2, created_before="2020-01-01")
+    monkeypatch.setattr(store.sql_documents, "matching_document_ids",  # type: ignore[attr-defined]
+                        lambda conn, where: asked.append(where) or [])
+    found = search(vclient, query="heron at the lake", mode=mode, top_n=2, created_before="2020-01-01")
     assert sorted(hit["document_id"] for hit in found["results"]) == sorted(old)
-    assert len(asked) == 1
-    asked.clear()
-    search(vclient, query="heron at the lake", mode="hybrid", top_n=2)
-    assert asked == []  # no SQL-only criteria: nothing to resolve
+    assert asked == []
+
+
+@pytest.mark.parametrize("mode", ["fts", "hybrid"])
+def test_a_change_of_a_documents_times_alone_reaches_the_text_index(client: FlaskClient, mode: str) -> None:
+    """Moving a document changes its updated_at and neither its chunks nor its tags; the index's copy of the
+    time follows anyway (the change log's trigger on the documents' times)."""
+    note = add_note(client, "A bittern boomed in the reeds at dusk.", created_at=OLD, updated_at=OLD_EDIT)
+    assert [h["document_id"] for h in search(client, query="bittern", mode=mode, updated_before="2022-01-01")["results"]] == [note["id"]]
+    moved = client.patch(f"{API}/documents/{note['id']}", json={"source_path": "birds/bittern.md"})
+    assert moved.status_code == 200, moved.json
+    assert moved.json["updated_at"] > "2025"
+
+    def found(**bounds: str) -> list[int]:
+        return [h["document_id"] for h in search(client, query="bittern", mode=mode, **bounds)["results"]]
+
+    wait_for(lambda: found(updated_after="2025-01-01") == [note["id"]], "the move's updated_at in the index")
+    assert found(updated_before="2022-01-01") == []
+    assert found(created_before="2021-01-01") == [note["id"]]  # created_at did not move

@@ -46,16 +46,10 @@ class Passage:
 @dataclasses.dataclass(frozen=True)
 class QueryTerms:
     """A query's words as the full-text index holds them, in query order, each once, with their IDF, and
-    `ceiling`, the highest BM25 score a chunk could reach for them.
-
-    `documents` is the store's own: the documents that the filter's criteria only SQL can apply allowed when
-    the terms were counted (None: the filter has none), so that `search_text` given these terms ranks the
-    same documents without asking the database again (one query per search instead of two; it grows with
-    the number of documents a time bound lets through)."""
+    `ceiling`, the highest BM25 score a chunk could reach for them."""
 
     weights: tuple[tuple[str, float], ...] = ()
     ceiling: float = 0.0
-    documents: tuple[int, ...] | None = dataclasses.field(default=None, repr=False)
 
 
 def text_sha256(text: str) -> str:
@@ -397,8 +391,7 @@ class Store(Protocol):
                     terms: QueryTerms | None = None) -> Ranking:
         """BM25 over titles and texts, (chunk_id, score) best first; filters apply before the limit. With
         `filter_idf`, a word's IDF is counted among the chunks the filter allows (store/text_index.py);
-        `terms`, this query's `query_terms` with the same filter, saves counting them again and resolving the
-        filter's SQL-only criteria (QueryTerms.documents) again."""
+        `terms`, this query's `query_terms` with the same filter, saves counting them again."""
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         """The query's words as the full-text index holds them with the IDF `search_text` weighs them by given

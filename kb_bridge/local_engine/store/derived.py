@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .text_index import TextIndex
+from .text_index import ChunkRow, TextIndex
 
 if TYPE_CHECKING:
     from .vector_index import VectorIndex
@@ -42,8 +42,6 @@ SAVE_EVERY_SECONDS = 600.0
 MAX_VECTOR_LAG = 2_000_000
 _READ = 20_000
 _PROGRESS_EVERY = 100_000
-
-ChunkRow = tuple[int, int, str, str, str, list[str]]  # chunk id, document id, title, text, doc_type, tags
 
 
 class Transactions(Protocol):

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from .derived import DerivedIndexes, Transactions
 
 # Filters the text index cannot apply itself; the store resolves them to document ids first (with the
-# documents' indexes on source_path, created_at and updated_at), so BM25 ranks only those documents' chunks
-# and the top k come back whenever k such chunks match.
-SQL_ONLY_FILTERS = ("source_path", "created_after", "created_before", "updated_after", "updated_before")
+# documents' index on source_path), so BM25 ranks only those documents' chunks and the top k come back
+# whenever k such chunks match. Time bounds the index applies itself (text_index.py, TIME_FIELDS).
+SQL_ONLY_FILTERS = ("source_path",)
 
 
 class SqlReads:
@@ -127,22 +127,17 @@ class SqlReads:
         if text is None:
             return []
         within = dict(terms.weights) if terms is not None else None
-        if terms is not None and terms.documents is not None:
-            allowed: list[int] | None = list(terms.documents)
-        else:
-            allowed = self._sql_allowed(where)
-        return text.search(query, where, limit, allowed, filter_idf, within)
+        return text.search(query, where, limit, self._sql_allowed(where), filter_idf, within)
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:
         text = self.indexes.text
         if text is None:
             return QueryTerms()
-        allowed = self._sql_allowed(where) if where is not None else None
         if where is None or not filter_idf:
             weights = text.term_weights(query)
         else:
-            weights = text.term_weights(query, where, allowed, filter_idf)
-        return QueryTerms(tuple(weights), ceiling_of(weights), None if allowed is None else tuple(allowed))
+            weights = text.term_weights(query, where, self._sql_allowed(where), filter_idf)
+        return QueryTerms(tuple(weights), ceiling_of(weights))
 
     def text_tokens(self, chunk_ids: Sequence[int]) -> dict[int, list[str]]:
         text = self.indexes.text

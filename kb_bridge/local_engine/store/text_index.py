@@ -7,8 +7,10 @@ cannot reach the current top k (block-max WAND); docs/benchmarks.md has its figu
 
 Each chunk is one tantivy document: `chunk` and `doc` ids, `body` (the document's title `title_repeats`
 times, then the chunk: with 2, a title word weighs about twice a body word, as FTS5's column weight 2 did;
-SciFact BM25 nDCG@10 0.701 against FTS5's 0.704), and the document's tags and doc_type as untokenised
-terms for filters. Words are split on non-alphanumerics, lowercased and Porter-stemmed (English), like FTS5's
+SciFact BM25 nDCG@10 0.701 against FTS5's 0.704), the document's tags and doc_type as untokenised
+terms for filters, and its created_at and updated_at as milliseconds in fast fields, so a time bound is a
+range over a column (0.7 ms at 100k chunks) rather than a set of document ids the database resolved first
+(28-34 ms per count at 100k chunks, and a filtered BM25 search counts once per word). Words are split on non-alphanumerics, lowercased and Porter-stemmed (English), like FTS5's
 `porter unicode61` tokenizer before.
 
 The index is a copy derived from the store's tables, kept in step by the store (store/derived.py):
@@ -27,20 +29,24 @@ from pathlib import Path
 
 import tantivy
 
+from ..clock import epoch_millis
 from .base import DocumentFilter, Passage, Ranking
 from .query_terms import query_words
 
 ANALYZER = "kb_english"
 MANIFEST = "kb-manifest.json"
-# How the chunks are indexed: an index of another layout is rebuilt from the store.
-LAYOUT = 1
+# How the chunks are indexed: an index of another layout is rebuilt from the store. 2: the documents' times.
+LAYOUT = 2
 # BM25 as tantivy computes it (k1 = 1.2, b = 0.75): a term's score tends to idf * (k1 + 1) as it repeats.
 BM25_K1 = 1.2
 _WRITER_HEAP = 64 * 1024 * 1024
 _MAX_WORD = 40  # longer "words" are noise (hashes, base64) and are left out, as they would only bloat it
+# The index's field for each document column a time bound names (DocumentFilter.time_bounds).
+TIME_FIELDS = {"created_at": "created", "updated_at": "updated"}
 
-# (chunk id, document id, title, text, doc_type, tags): one chunk as the index holds it.
-ChunkRow = tuple[int, int, str, str, str, Sequence[str]]
+# (chunk id, document id, title, text, doc_type, tags, created_at, updated_at): one chunk as the index holds
+# it; the times as the store keeps them (clock.py).
+ChunkRow = tuple[int, int, str, str, str, Sequence[str], str, str]
 
 
 
@@ -61,6 +67,8 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("body", tokenizer_name=ANALYZER)
     builder.add_text_field("tag", tokenizer_name="raw")
     builder.add_text_field("doc_type", tokenizer_name="raw")
+    for field in TIME_FIELDS.values():
+        builder.add_integer_field(field, fast=True)
     return builder.build()
 
 
@@ -90,10 +98,11 @@ class TextIndex:
 
     def put(self, rows: Iterable[ChunkRow]) -> None:
         """Add or replace chunks (searchable after `commit`)."""
-        for chunk_id, document_id, title, text, doc_type, tags in rows:
+        for chunk_id, document_id, title, text, doc_type, tags, created_at, updated_at in rows:
             self._live_writer().delete_documents_by_term("chunk", chunk_id)
             body = " ".join([title] * self.title_repeats + [text])
-            document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type)
+            document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type,
+                                        created=epoch_millis(created_at), updated=epoch_millis(updated_at))
             for tag in tags:
                 document.add_text("tag", tag)
             self._live_writer().add_document(document)
@@ -256,9 +265,22 @@ class TextIndex:
         filters = [tantivy.Query.term_query(self._schema, "tag", tag) for tag in where.tags] if where else []
         if where is not None and where.doc_type is not None:
             filters.append(tantivy.Query.term_query(self._schema, "doc_type", where.doc_type))
+        if where is not None:
+            filters.extend(self._time_ranges(where))
         if documents is not None:
             filters.append(tantivy.Query.term_set_query(self._schema, "doc", list(documents)))
         return filters
+
+    def _time_ranges(self, where: DocumentFilter) -> list[tantivy.Query]:
+        """One range query per time column the filter bounds: `*_after` inclusive, `*_before` exclusive."""
+        bounds: dict[str, dict[str, int]] = {}
+        for column, operator, stamp in where.time_bounds():
+            bounds.setdefault(column, {})[operator] = epoch_millis(stamp)
+        return [
+            tantivy.Query.range_query(self._schema, TIME_FIELDS[column], tantivy.FieldType.Integer,
+                                      side.get(">="), side.get("<"), True, "<" not in side)
+            for column, side in bounds.items()
+        ]
 
     def __len__(self) -> int:
         return int(self._index.searcher().num_docs)

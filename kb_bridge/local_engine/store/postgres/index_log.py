@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..derived import ChunkRow
+from ..text_index import ChunkRow
 
-_ROWS = "SELECT c.id, c.document_id, c.title, c.text, d.doc_type FROM chunks c JOIN documents d ON d.id = c.document_id"
+_ROWS = ("SELECT c.id, c.document_id, c.title, c.text, d.doc_type, d.created_at, d.updated_at "
+         "FROM chunks c JOIN documents d ON d.id = c.document_id")
 KEEP_DAYS = 7
 
 
@@ -113,4 +114,5 @@ def tags_of(conn: Any, document_ids: Sequence[int] | set[int]) -> dict[int, list
 
 def _with_tags(conn: Any, rows: Sequence[Sequence[Any]]) -> list[ChunkRow]:
     tags = tags_of(conn, {int(row[1]) for row in rows})
-    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), tags[int(r[1])]) for r in rows]
+    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), tags[int(r[1])], str(r[5]), str(r[6] or r[5]))
+            for r in rows]

@@ -175,6 +175,18 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "store/adjacent.py)", (
         "CREATE INDEX jobs_document ON jobs (document_id)",
     )),
+    Migration(7, "the full-text index filters by time itself: a change of a document's times is logged for it", (
+        # The replicas' indexes hold created_at and updated_at (store/text_index.py, layout 2) and follow
+        # the log, so every change of a document's times is logged, whatever else the change touched.
+        """CREATE FUNCTION kb_log_document_times() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO index_log (kind, id) VALUES ('document', NEW.id);
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER document_times_logged AFTER UPDATE OF created_at, updated_at ON documents FOR EACH ROW "
+        "WHEN (OLD.created_at IS DISTINCT FROM NEW.created_at OR OLD.updated_at IS DISTINCT FROM NEW.updated_at) "
+        "EXECUTE FUNCTION kb_log_document_times()",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -10,11 +10,12 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..derived import ChunkRow
+from ..text_index import ChunkRow
 from . import documents
 from .db import in_parts
 
-_ROWS = "SELECT c.id, c.document_id, c.title, c.text, d.doc_type FROM chunks c JOIN documents d ON d.id = c.document_id"
+_ROWS = ("SELECT c.id, c.document_id, c.title, c.text, d.doc_type, d.created_at, d.updated_at "
+         "FROM chunks c JOIN documents d ON d.id = c.document_id")
 
 
 def changes_after(conn: sqlite3.Connection, seq: int, limit: int) -> list[tuple[int, str, int]]:
@@ -74,7 +75,8 @@ def all_vectors(conn: sqlite3.Connection, batch: int = 20_000) -> Iterator[list[
 
 def _with_tags(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> list[ChunkRow]:
     tags = documents.tags_of(conn, {int(row[1]) for row in rows})
-    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), tags[int(r[1])]) for r in rows]
+    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), tags[int(r[1])], str(r[5]), str(r[6] or r[5]))
+            for r in rows]
 
 
 def _in_parts(conn: sqlite3.Connection, sql: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:

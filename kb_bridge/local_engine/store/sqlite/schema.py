@@ -206,6 +206,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the job that created each document found by document (adjacent notes in search, store/adjacent.py)",
         ("CREATE INDEX jobs_document ON jobs(document_id)",),
     ),
+    Migration(
+        9,
+        "the full-text index filters by time itself: a change of a document's times is logged for it",
+        # The index holds created_at and updated_at (store/text_index.py, layout 2) and follows the log, so
+        # every change of a document's times is logged, whatever else the change touched.
+        ("CREATE TRIGGER index_log_documents_times AFTER UPDATE OF created_at, updated_at ON documents "
+         "WHEN old.created_at IS NOT new.created_at OR old.updated_at IS NOT new.updated_at BEGIN "
+         "INSERT INTO index_log (kind, id) VALUES ('document', new.id); END",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
