@@ -9,9 +9,10 @@ Each chunk is one tantivy document: `chunk` and `doc` ids, `body` (the document'
 times, then the chunk: with 2, a title word weighs about twice a body word, as FTS5's column weight 2 did;
 SciFact BM25 nDCG@10 0.701 against FTS5's 0.704), the document's tags and doc_type as untokenised
 terms for filters, and its created_at and updated_at as milliseconds in fast fields, so a time bound is a
-range over a column (0.7 ms at 100k chunks) rather than a set of document ids the database resolved first
-(28-34 ms per count at 100k chunks, and a filtered BM25 search counts once per word). Words are split on non-alphanumerics, lowercased and Porter-stemmed (English), like FTS5's
-`porter unicode61` tokenizer before.
+range over a column (0.7 ms per count at 100k chunks) rather than a set of document ids the database
+resolved first (28-34 ms per count, and a filtered BM25 search counts once per word; docs/benchmarks.md,
+"Search with a time bound"). Words are split on non-alphanumerics, lowercased and Porter-stemmed
+(English), like FTS5's `porter unicode61` tokenizer before.
 
 The index is a copy derived from the store's tables, kept in step by the store (store/derived.py):
 `commit(position)` records how far into the store's change log it reaches, in a manifest beside the index,
