@@ -24,10 +24,7 @@ def format_iso(moment: dt.datetime) -> str:
 def parse_iso(text: str, name: str) -> str:
     """A client's timestamp (`Z` or an offset; a bare date or naive time is taken as UTC), normalised."""
     try:
-        moment = dt.datetime.fromisoformat(text.strip())
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.timezone.utc)
-        return format_iso(moment)
+        return format_iso(_moment(text))
     except (ValueError, OverflowError):  # OverflowError: an offset that moves year 1 or 9999 out of range
         raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
 
@@ -35,10 +32,13 @@ def parse_iso(text: str, name: str) -> str:
 def epoch_millis(stamp: str) -> int:
     """Milliseconds since 1970 of a stored timestamp (this format, or the same without milliseconds), for
     indexes that compare instants as numbers (store/text_index.py)."""
-    moment = dt.datetime.fromisoformat(stamp.strip())
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return (moment - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: no float in between
+    return (_moment(stamp) - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: no float in between
+
+
+def _moment(text: str) -> dt.datetime:
+    """An ISO-8601 timestamp as an aware datetime; without an offset it is UTC."""
+    moment = dt.datetime.fromisoformat(text.strip())
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
 
 
 def seconds_ago_iso(seconds: float) -> str:
