@@ -24,7 +24,7 @@ from typing import Any
 
 import requests
 
-from common import SCIFACT, Service, free_port, load_beir, percentile, progress, write_result
+from common import SCIFACT, Service, free_port, load_beir, progress, summary_ms, write_result
 from ingestion import wait_drained
 
 MODES = ("fts", "vector", "hybrid")
@@ -61,12 +61,12 @@ def main() -> None:
         for name, engine in engines.items():
             wait_drained(sessions[name], engine.url, 1)
 
-        def ask(name: str, query: str, mode: str) -> float:
+        def ask(name: str, query: str, mode: str) -> float:  # seconds
             started = time.perf_counter()
             response = sessions[name].post(engines[name].url + "/api/v1/search",
                                            json={"query": query, "mode": mode, "top_n": 10}, timeout=60)
             response.raise_for_status()
-            return (time.perf_counter() - started) * 1000
+            return time.perf_counter() - started
 
         figures: dict[str, Any] = {}
         for mode in MODES:
@@ -77,8 +77,7 @@ def main() -> None:
             for i, query in enumerate(queries):
                 for name in (("before", "now") if i % 2 == 0 else ("now", "before")):
                     timings[name].append(ask(name, query, mode))
-            figures[mode] = {name: {"p50": round(percentile(v, 0.5), 2), "p95": round(percentile(v, 0.95), 2)}
-                             for name, v in timings.items()}
+            figures[mode] = {name: summary_ms(v) for name, v in timings.items()}
             progress(f"{mode}: {figures[mode]}")
     finally:
         for engine in engines.values():
