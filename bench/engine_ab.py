@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from common import SCIFACT, Service, free_port, load_beir, progress, summary_ms, write_result
+from common import SCIFACT, Service, load_beir, progress, start_engine, summary_ms, write_result
 from ingestion import wait_drained
 
 MODES = ("fts", "vector", "hybrid")
@@ -33,14 +32,12 @@ WARM_UP = 10
 
 def start(name: str, data: Path, checkout: Path | None, workdir: Path) -> Service:
     """An engine on `data`, run from `checkout` (PYTHONPATH before the installed kb-bridge) or this one."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KB_")}
-    env["KB_ENGINE_EMBEDDER"] = "minilm"
+    env = {"KB_ENGINE_EMBEDDER": "minilm"}
     if checkout is not None:
         env["PYTHONPATH"] = str(checkout.resolve())
-    argv = [sys.executable, "-m", "kb_bridge", "engine", "--data", str(data), "--bind", f"127.0.0.1:{port}"]
-    service = Service(name, argv, env, workdir / f"engine-{name}.log", f"http://127.0.0.1:{port}", cwd=workdir)
-    return service.wait_ready(timeout=1800)  # a store of another index layout rebuilds its text index first
+    # Started outside the repository, so that `python -m` imports the checkout named, and given 30 minutes:
+    # a store of another index layout rebuilds its text index first.
+    return start_engine(workdir, data, env, name=name, cwd=workdir, timeout=1800)
 
 
 def main() -> None:

@@ -156,13 +156,18 @@ def start_bridge(
     return Service("kb-bridge", argv, full_env, log, f"http://127.0.0.1:{port}").wait_ready()
 
 
-def start_engine(tmp: Path, data: Path, env: Mapping[str, str] | None = None, port: int | None = None) -> Service:
-    """The bundled local engine, as `kb-bridge engine` runs it."""
+def start_engine(tmp: Path, data: Path, env: Mapping[str, str] | None = None, port: int | None = None, *,
+                 name: str = "local engine", cwd: Path = REPO, timeout: float = 120) -> Service:
+    """The bundled local engine, as `kb-bridge engine` runs it, its log in `tmp`.
+
+    `cwd` is where it runs: `python -m` imports kb_bridge from there first, so a run of another checkout (by
+    PYTHONPATH in `env`) must start elsewhere. `timeout` bounds the wait for it to answer.
+    """
     port = port or free_port()
     full_env = clean_env(dict(env or {}))
     argv = [sys.executable, "-m", "kb_bridge", "engine", "--data", str(data), "--bind", f"127.0.0.1:{port}"]
     log = tmp / f"engine-{port}.log"
-    return Service("local engine", argv, full_env, log, f"http://127.0.0.1:{port}").wait_ready(timeout=120)
+    return Service(name, argv, full_env, log, f"http://127.0.0.1:{port}", cwd=cwd).wait_ready(timeout=timeout)
 
 
 def require(tool: str) -> str:
