@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import shutil
 import sqlite3
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +136,41 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def add_engine_options(parser: argparse.ArgumentParser, holds: str, example: str) -> None:
+    """--data, --keep and --set: where the engine of a benchmark keeps its store, and its settings."""
+    parser.add_argument("--data", type=Path,
+                        help=f"engine data directory; one that already holds {holds} is not filled again")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory (default: a temporary one)")
+    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
+                        help=f"engine environment variable, e.g. {example} (repeatable)")
+
+
+def engine_env(settings: list[str]) -> dict[str, str]:
+    """The environment of a benchmark's engine: the bundled model, loaded before it answers, then each --set."""
+    env = {"KB_ENGINE_EMBEDDER": "minilm", "KB_ENGINE_WAIT_FOR_MODEL": "1"}
+    for item in settings:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise SystemExit(f"--set {item!r}: expected VAR=VALUE")
+        env[name] = value
+    return env
+
+
+@contextmanager
+def benchmark_engine(args: argparse.Namespace, env: dict[str, str], name: str) -> Iterator[Service]:
+    """An engine on --data, or on a temporary store that is removed afterwards unless --keep (its log stays)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"kb-{name}-"))
+    data_dir = args.data or workdir / "data"
+    progress(f"engine data in {data_dir}, log in {workdir}")
+    engine = start_engine(workdir, data_dir, env)
+    try:
+        yield engine
+    finally:
+        engine.stop()
+        if not args.keep and args.data is None:
+            shutil.rmtree(workdir / "data", ignore_errors=True)
 
 
 def vm_hwm_kib(pid: int) -> int:

@@ -27,16 +27,14 @@ import argparse
 import json
 import math
 import re
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import REPO, EngineApi, machine, percentile, progress, start_engine
+from common import REPO, EngineApi, add_engine_options, benchmark_engine, engine_env, machine, percentile, progress
 
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -66,12 +64,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO,
                         help="directory of LoCoMo conversations, one <name>.json each (default: %(default)s)")
     parser.add_argument("--conversations", help="comma-separated conversation names (default: every .json there)")
-    parser.add_argument("--data", type=Path,
-                        help="engine data directory; one that already holds the turns is not filled again")
-    parser.add_argument("--keep", action="store_true", help="keep the data directory (default: a temporary one)")
+    add_engine_options(parser, "the turns", "KB_ENGINE_FUSION=rrf")
     parser.add_argument("--mode", default="hybrid", choices=("hybrid", "fts", "vector"))
-    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
-                        help="engine environment variable, e.g. KB_ENGINE_FUSION=rrf (repeatable)")
     parser.add_argument("--runs", type=Path, help="also write each question's ranked turns to this JSON file")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     return parser.parse_args(argv)
@@ -236,20 +230,11 @@ def print_table(figures: Mapping[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     turns, questions = load(args.locomo, args.conversations.split(",") if args.conversations else None)
-    env = {"KB_ENGINE_EMBEDDER": "minilm", "KB_ENGINE_WAIT_FOR_MODEL": "1"}
-    env.update(item.split("=", 1) for item in args.set)  # type: ignore[misc]
-    workdir = Path(tempfile.mkdtemp(prefix="kb-memory-"))
-    data_dir = args.data or workdir / "data"
-    progress(f"engine data in {data_dir}, log in {workdir}")
-    engine = start_engine(workdir, data_dir, env)
-    try:
+    env = engine_env(args.set)
+    with benchmark_engine(args, env, "memory") as engine:
         api = EngineApi(engine.url)
         store_seconds = store(api, turns)
         ranked, seconds = ask(api, questions, args.mode)
-    finally:
-        engine.stop()
-        if not args.keep and args.data is None:
-            shutil.rmtree(workdir / "data", ignore_errors=True)
     figures = report(questions, ranked, seconds, store_seconds, len(turns))
     figures["counts"] = {f"{number} {name}": sum(q.category == number for q in questions)
                          for number, name in CATEGORIES.items()}

@@ -23,15 +23,14 @@ import argparse
 import csv
 import math
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import SCIFACT, EngineApi, load_beir, percentile, progress, start_engine, write_result
+from common import (SCIFACT, EngineApi, add_engine_options, benchmark_engine, engine_env, load_beir, percentile,
+                    progress, write_result)
 
 DEFAULT_CORPUS = SCIFACT
 MODES = ("fts", "vector", "hybrid")
@@ -49,13 +48,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="BEIR directory (default: %(default)s)")
     parser.add_argument("--split", default="train", help="judgements to use: qrels/SPLIT.tsv (default: train)")
-    parser.add_argument("--data", type=Path,
-                        help="engine data directory; one that already holds the corpus is not ingested again")
-    parser.add_argument("--keep", action="store_true", help="keep the data directory (default: a temporary one)")
+    add_engine_options(parser, "the corpus", "KB_ENGINE_RRF_K=60")
     parser.add_argument("--modes", default=",".join(MODES), help="modes to evaluate (default: %(default)s)")
     parser.add_argument("--queries", type=int, help="evaluate only the first N claims")
-    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
-                        help="engine environment variable, e.g. KB_ENGINE_RRF_K=60 (repeatable)")
     parser.add_argument("--plot", type=Path, help="also draw nDCG@10 per mode beside the published baselines")
     return parser.parse_args(argv)
 
@@ -210,13 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.queries:
         qrels = dict(list(qrels.items())[: args.queries])
     queries = {query_id: all_queries[query_id] for query_id in qrels}
-    env = {"KB_ENGINE_EMBEDDER": "minilm", "KB_ENGINE_WAIT_FOR_MODEL": "1"}
-    env.update(item.split("=", 1) for item in args.set)  # type: ignore[misc]
-    workdir = Path(tempfile.mkdtemp(prefix="kb-retrieval-"))
-    data_dir = args.data or workdir / "data"
-    progress(f"engine data in {data_dir}, log in {workdir}")
-    engine = start_engine(workdir, data_dir, env)
-    try:
+    env = engine_env(args.set)
+    with benchmark_engine(args, env, "retrieval") as engine:
         api = EngineApi(engine.url)
         ingestion_seconds = ingest(api, corpus)
         status = api.get("/status")
@@ -224,10 +214,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mode in args.modes.split(","):
             runs, latency = run_mode(api, queries, mode)
             rows.append({"mode": mode, **evaluate(runs, qrels), **latency})
-    finally:
-        engine.stop()
-        if not args.keep and args.data is None:
-            shutil.rmtree(workdir / "data", ignore_errors=True)
     print_table(rows, ingestion_seconds)
     path = write_result("retrieval", {
         "corpus": str(args.corpus), "split": args.split, "queries": len(queries), "engine_env": env,
