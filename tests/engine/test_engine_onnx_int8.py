@@ -138,6 +138,21 @@ def test_int8_vectors_agree_with_torch_float32_per_text(model_dir: Path, form: s
 
 
 @needs_model
+@pytest.mark.parametrize("form", onnx_int8.FORMS)
+def test_a_texts_int8_vector_does_not_depend_on_the_texts_embedded_with_it(model_dir: Path, form: str) -> None:
+    """The smoothed form quantises a call's whole input with one scale, so a text run in one call with others
+    took their range (cosine 0.9987 to itself alone): the same note stored twice got two vectors."""
+    embedder = OnnxEmbedder(model_dir, "all-MiniLM-L6-v2", document_precision="int8", query_precision="int8",
+                            int8_form=form, batch_size=16)
+    together = embedder.embed_documents(TEXTS * 3)
+    alone = np.stack([embedder.embed_documents([text])[0] for text in TEXTS])
+    for copy in range(3):
+        block = together[copy * len(TEXTS):(copy + 1) * len(TEXTS)]
+        assert np.abs(block - alone).max() < 1e-5, np.sum(block * alone, axis=1).round(6).tolist()
+    assert np.abs(np.stack([embedder.embed_query(text) for text in TEXTS]) - alone).max() < 1e-5
+
+
+@needs_model
 @pytest.mark.parametrize(("form", "quantiser"), [("blockwise", "blockwise_8bit"), ("smoothed", "columnwise_8bit")])
 def test_auto_falls_back_to_float32_when_int8_moves_a_vector_too_far(model_dir: Path, form: str, quantiser: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,8 @@ no allocation.
 Precision (onnx_precision.py): float32, or int8 weights (onnx_int8.py) where a calibration at load finds
 them as good and faster. The calibration runs on the query session, opened in both formats; the one not
 chosen is closed again. Documents and queries may differ (KB_ENGINE_DOCUMENT_PRECISION and
-KB_ENGINE_QUERY_PRECISION); each format's sessions share that format's weights.
+KB_ENGINE_QUERY_PRECISION); each format's sessions share that format's weights. int8 runs one text per
+call, float32 `batch_size` texts (the reason is in `OnnxEmbedder.__init__`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class OnnxEmbedder:
     def __init__(
         self, model_dir: Path, name: str, batch_size: int = 16, query_precision: str = "auto",
         query_threads: int = 1, document_precision: str = "auto", document_workers: int = 0,
-        model: Model | None = None, int8_form: str | None = None,
+        model: Model | None = None, int8_form: str | None = None, int8_texts_per_call: int = 1,
     ) -> None:
         self.name = name
         # Which 8-bit form (onnx_int8.py) the int8 sessions run, when there are any.
@@ -101,8 +102,13 @@ class OnnxEmbedder:
             del quantised
         del float32, model
         tokenizer = load_tokenizer(model_dir)  # one for every session: tokens.py says why it may be shared
+        # int8 runs one text per call: both forms quantise a call's input with scales taken across the call
+        # (the smoothed one a single scale over all of it), so a text run with others took their range and its
+        # vector changed with its company (cosine 0.9987 to itself alone), and the same note stored twice got
+        # two vectors. One text per call also pads nothing; bench/int8_per_text.py measures what it costs.
+        per_call = {"float32": batch_size, "int8": int8_texts_per_call}
         queries = {precision: _Copy(opened.open(query_threads, spin=True, prepack=True), tokenizer,
-                                    pad_id, batch_size) for precision, opened in sessions.items()}
+                                    pad_id, per_call[precision]) for precision, opened in sessions.items()}
         agreement = None
         if "int8" in queries:
             agreement = calibrate(queries["float32"].embed, queries["int8"].embed,
@@ -120,7 +126,7 @@ class OnnxEmbedder:
         int8_documents = self.document_precision == "int8"
         self._documents = DocumentPool(
             [_Copy(sessions[self.document_precision].open(threads_each, spin=False, prepack=int8_documents),
-                   tokenizer, pad_id, batch_size) for _ in range(workers)],
+                   tokenizer, pad_id, per_call[self.document_precision]) for _ in range(workers)],
             _Copy.embed,
         )
         self.document_workers = workers
