@@ -140,8 +140,9 @@ def test_int8_vectors_agree_with_torch_float32_per_text(model_dir: Path, form: s
 @needs_model
 @pytest.mark.parametrize("form", onnx_int8.FORMS)
 def test_a_texts_int8_vector_does_not_depend_on_the_texts_embedded_with_it(model_dir: Path, form: str) -> None:
-    """The smoothed form quantises a call's whole input with one scale, so a text run in one call with others
-    took their range (cosine 0.9987 to itself alone): the same note stored twice got two vectors."""
+    """Both forms take their input's scales across a call (the smoothed one a single scale for all of it), so
+    a text run in one call with others took their range (cosine 0.9987 to itself alone in the smoothed form,
+    0.99992 in the blockwise one): the same note stored twice got two vectors."""
     embedder = OnnxEmbedder(model_dir, "all-MiniLM-L6-v2", document_precision="int8", query_precision="int8",
                             int8_form=form, batch_size=16)
     together = embedder.embed_documents(TEXTS * 3)
