@@ -349,15 +349,20 @@ def test_a_read_only_token_sees_no_write_controls_and_its_posts_are_refused(brow
 def test_a_collection_limited_token_sees_and_targets_only_its_collection(browser: Any, console: Console) -> None:
     document_id = console.add_note(f"Dotterels are tame on the fells {SUFFIX}.", f"Dotterel {SUFFIX}", HOME)
     page = signed_in(browser, console, token=LIMITED)
+    # Each click is followed by a wait for the page it leads to: the reads after it do not wait, and on a
+    # loaded machine they ran on the page before (no headings: an empty list).
     page.get_by_role("link", name="New note").click()
+    page.wait_for_url(f"{console.ui}/notes/new")
     assert page.get_by_label("Collection").locator("option").all_inner_texts() == [HOME]
     page.goto(f"{console.ui}/documents/{document_id}")
     assert page.get_by_label("Collection").locator("option").all_inner_texts() == [HOME]
     page.get_by_role("link", name="Tags").click()
+    page.wait_for_url(f"{console.ui}/tags")
     headings = page.get_by_role("heading", level=2).all_inner_texts()
     assert [h.split()[0] for h in headings] == [HOME]
     assert "secret-away" not in page.content()
     page.get_by_role("link", name="Jobs").click()
+    page.wait_for_url(f"{console.ui}/jobs")
     shown: set[int] = set()
     while True:  # every page of jobs: only jobs whose documents are in HOME
         hrefs = page.locator('[data-field="document"] a').evaluate_all("links => links.map(a => a.href)")
@@ -365,7 +370,9 @@ def test_a_collection_limited_token_sees_and_targets_only_its_collection(browser
         older = page.get_by_role("link", name="Older jobs")
         if older.count() == 0:
             break
+        target = older.evaluate("a => a.href")  # absolute
         older.click()
+        page.wait_for_url(target)
     assert document_id in shown and console.away_document not in shown
     assert all(f"collection:{HOME}" in console.document(d)["tags"] for d in shown)
 
