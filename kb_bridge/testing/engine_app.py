@@ -1,9 +1,11 @@
-"""Helpers for the engine tests: polling with deadlines, adding notes, uploading files, error bodies."""
+"""Helpers for the engine tests: polling with deadlines, adding notes, uploading files, error bodies, and BM25's
+IDF written out independently of the engine (the figure the ranking tests expect)."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +14,11 @@ from flask.testing import FlaskClient
 
 API = "/api/v1"
 DEADLINE_SECONDS = 60.0
+
+
+def bm25_idf(total: int, held: int) -> float:
+    """BM25's IDF of a word that `held` of `total` chunks hold (Lucene's form, the one tantivy uses)."""
+    return math.log(1 + (total - held + 0.5) / (held + 0.5))
 
 
 def wait_for(predicate: Callable[[], Any], what: str, deadline: float = DEADLINE_SECONDS) -> Any:

@@ -4,7 +4,6 @@ not outrank the word that tells that collection's notes apart."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from kb_bridge.local_engine.config import load_config
 from kb_bridge.local_engine.store.base import DocumentFilter
 from kb_bridge.local_engine.store.text_index import BM25_K1, TextIndex
+from kb_bridge.testing.engine_app import bm25_idf
 
 MEMORY = DocumentFilter(tags=("collection:alice",))
 
@@ -42,12 +42,9 @@ def test_a_filtered_search_ranks_by_the_idf_within_its_filter(index: TextIndex) 
 def test_the_ceiling_follows_the_same_idf(index: TextIndex) -> None:
     query = "Alice clarinet"
 
-    def idf(total: int, held: int) -> float:
-        return math.log(1 + (total - held + 0.5) / (held + 0.5))
-
-    assert index.score_ceiling(query) == pytest.approx((BM25_K1 + 1) * (idf(49, 8) + idf(49, 41)))
+    assert index.score_ceiling(query) == pytest.approx((BM25_K1 + 1) * (bm25_idf(49, 8) + bm25_idf(49, 41)))
     within = index.score_ceiling(query, MEMORY, filter_idf=True)
-    assert within == pytest.approx((BM25_K1 + 1) * (idf(9, 8) + idf(9, 1)))
+    assert within == pytest.approx((BM25_K1 + 1) * (bm25_idf(9, 8) + bm25_idf(9, 1)))
     # No chunk of the filtered search scores above its ceiling, so fusion's BM25 share stays within 0..1.
     assert max(score for _, score in index.search(query, MEMORY, 9, filter_idf=True)) <= within
 

@@ -19,7 +19,7 @@ from kb_bridge.local_engine.search.term_evidence import reweighed
 from kb_bridge.local_engine.store.base import DocumentFilter
 from kb_bridge.local_engine.store.text_index import BM25_K1
 
-from kb_bridge.testing.engine_app import API, add_note
+from kb_bridge.testing.engine_app import API, add_note, bm25_idf
 
 WEIGHTS = (("pottery", 2.0), ("class", 1.0), ("mel", 0.5))
 
@@ -62,12 +62,9 @@ def test_the_store_gives_the_querys_weighted_words_and_the_chunks_tokens(app: fl
     store = engine_of(app).store
     diary = DocumentFilter(tags=("collection:diary",))
 
-    def idf(total: int, held: int) -> float:
-        return math.log(1 + (total - held + 0.5) / (held + 0.5))
-
     terms = store.query_terms("Pottery classes, Mel?", diary, filter_idf=True)
     assert [word for word, _ in terms.weights] == ["potteri", "class", "mel"]  # stemmed, in query order
-    assert dict(terms.weights)["mel"] == pytest.approx(idf(3, 3))  # within the filter: in all three
+    assert dict(terms.weights)["mel"] == pytest.approx(bm25_idf(3, 3))  # within the filter: in all three
     assert terms.ceiling == pytest.approx((BM25_K1 + 1) * sum(weight for _, weight in terms.weights))
     overall = store.query_terms("Pottery classes, Mel?")
     assert dict(overall.weights)["potteri"] != dict(terms.weights)["potteri"]
