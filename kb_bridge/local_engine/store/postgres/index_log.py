@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .. import index_rows
 from ..text_index import ChunkRow
 
-_ROWS = ("SELECT c.id, c.document_id, c.title, c.text, d.doc_type, d.created_at, d.updated_at "
-         "FROM chunks c JOIN documents d ON d.id = c.document_id")
 KEEP_DAYS = 7
 
 
@@ -79,16 +78,16 @@ def epoch(conn: Any) -> str:
 
 
 def chunk_rows(conn: Any, chunk_ids: Sequence[int]) -> list[ChunkRow]:
-    return _with_tags(conn, conn.execute(_ROWS + " WHERE c.id = ANY(%s)", (list(chunk_ids),)).fetchall())
+    return _with_tags(conn, conn.execute(index_rows.SELECT + " WHERE c.id = ANY(%s)", (list(chunk_ids),)).fetchall())
 
 
 def document_chunk_rows(conn: Any, document_ids: Sequence[int]) -> list[ChunkRow]:
-    return _with_tags(conn, conn.execute(_ROWS + " WHERE c.document_id = ANY(%s)", (list(document_ids),)).fetchall())
+    return _with_tags(conn, conn.execute(index_rows.SELECT + " WHERE c.document_id = ANY(%s)", (list(document_ids),)).fetchall())
 
 
 def all_chunk_rows(conn: Any, batch: int = 20_000) -> Iterator[list[ChunkRow]]:
     last = 0
-    while rows := conn.execute(_ROWS + " WHERE c.id > %s ORDER BY c.id LIMIT %s", (last, batch)).fetchall():
+    while rows := conn.execute(index_rows.SELECT + " WHERE c.id > %s ORDER BY c.id LIMIT %s", (last, batch)).fetchall():
         yield _with_tags(conn, rows)
         last = int(rows[-1][0])
 
@@ -113,6 +112,4 @@ def tags_of(conn: Any, document_ids: Sequence[int] | set[int]) -> dict[int, list
 
 
 def _with_tags(conn: Any, rows: Sequence[Sequence[Any]]) -> list[ChunkRow]:
-    tags = tags_of(conn, {int(row[1]) for row in rows})
-    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), tags[int(r[1])], str(r[5]), str(r[6] or r[5]))
-            for r in rows]
+    return index_rows.with_tags(rows, lambda ids: tags_of(conn, ids))

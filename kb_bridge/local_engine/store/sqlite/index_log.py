@@ -10,12 +10,10 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .. import index_rows
 from ..text_index import ChunkRow
 from . import documents
 from .db import in_parts
-
-_ROWS = ("SELECT c.id, c.document_id, c.title, c.text, d.doc_type, d.created_at, d.updated_at "
-         "FROM chunks c JOIN documents d ON d.id = c.document_id")
 
 
 def changes_after(conn: sqlite3.Connection, seq: int, limit: int) -> list[tuple[int, str, int]]:
@@ -47,16 +45,16 @@ def epoch(conn: sqlite3.Connection) -> str:
 
 def chunk_rows(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[ChunkRow]:
     """What the text index holds for these chunks (those that still exist)."""
-    return _with_tags(conn, _in_parts(conn, _ROWS + " WHERE c.id IN ({})", chunk_ids))
+    return _with_tags(conn, _in_parts(conn, index_rows.SELECT + " WHERE c.id IN ({})", chunk_ids))
 
 
 def document_chunk_rows(conn: sqlite3.Connection, document_ids: Sequence[int]) -> list[ChunkRow]:
     """What the text index holds for every chunk of these documents (those that still exist)."""
-    return _with_tags(conn, _in_parts(conn, _ROWS + " WHERE c.document_id IN ({})", document_ids))
+    return _with_tags(conn, _in_parts(conn, index_rows.SELECT + " WHERE c.document_id IN ({})", document_ids))
 
 
 def all_chunk_rows(conn: sqlite3.Connection, batch: int = 20_000) -> Iterator[list[ChunkRow]]:
-    cursor = conn.execute(_ROWS + " ORDER BY c.id")
+    cursor = conn.execute(index_rows.SELECT + " ORDER BY c.id")
     while rows := cursor.fetchmany(batch):
         yield _with_tags(conn, rows)
 
@@ -74,9 +72,7 @@ def all_vectors(conn: sqlite3.Connection, batch: int = 20_000) -> Iterator[list[
 
 
 def _with_tags(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> list[ChunkRow]:
-    tags = documents.tags_of(conn, {int(row[1]) for row in rows})
-    return [(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), tags[int(r[1])], str(r[5]), str(r[6] or r[5]))
-            for r in rows]
+    return index_rows.with_tags(rows, lambda ids: documents.tags_of(conn, ids))
 
 
 def _in_parts(conn: sqlite3.Connection, sql: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:
