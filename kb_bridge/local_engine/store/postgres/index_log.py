@@ -82,7 +82,8 @@ def chunk_rows(conn: Any, chunk_ids: Sequence[int]) -> list[ChunkRow]:
 
 
 def document_chunk_rows(conn: Any, document_ids: Sequence[int]) -> list[ChunkRow]:
-    return _with_tags(conn, conn.execute(index_rows.SELECT + " WHERE c.document_id = ANY(%s)", (list(document_ids),)).fetchall())
+    rows = conn.execute(index_rows.SELECT + " WHERE c.document_id = ANY(%s)", (list(document_ids),)).fetchall()
+    return _with_tags(conn, rows)
 
 
 def all_chunk_rows(conn: Any, batch: int = 20_000) -> Iterator[list[ChunkRow]]:
