@@ -4,11 +4,10 @@
 layers but the feed-forward output ones become onnxruntime's DynamicQuantizeMatMul: int8 weights with one
 scale per output column, the input quantised to uint8 at each call with one scale for the whole call
 (which is why the engine runs one text per call: onnx_embedder.py), multiplied by MLAS's integer GEMM
-(VNNI does four multiply-adds per instruction). One scale per call loses
-vectors to the few input channels with large values (a cosine of 0.986 to float32 over 600 SciFact texts),
-so those inputs are first smoothed as SmoothQuant does (Xiao et al., 2023): input channel j is divided by
-s_j and weight row j multiplied by it, which leaves the product unchanged and moves the channel's range
-into the weights:
+(VNNI does four multiply-adds per instruction). One scale per call loses vectors to the few input channels
+with large values (a cosine of 0.986 to float32 over 600 SciFact texts), so those inputs are first smoothed
+as SmoothQuant does (Xiao et al., 2023): input channel j is divided by s_j and weight row j multiplied by
+it, which leaves the product unchanged and moves the channel's range into the weights:
 
     s_j = a_j ** 0.5 / w_j ** 0.5
 
