@@ -28,9 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from common import WORKER_BATCH
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL_DIR = REPO / "kb_bridge" / "local_engine" / "embedding" / "model"
-BATCH = 16
 
 
 def documentation(ref: str | None) -> list[str]:
@@ -82,8 +83,8 @@ def measure(texts: Sequence[str]) -> dict[str, np.ndarray]:
     tokenizer = load_tokenizer(MODEL_DIR)
     ids = token_ids(tokenizer, texts)
     maxima: dict[str, np.ndarray] = {}
-    for start in range(0, len(ids), BATCH):
-        input_ids, mask = padded(ids[start : start + BATCH])
+    for start in range(0, len(ids), WORKER_BATCH):
+        input_ids, mask = padded(ids[start : start + WORKER_BATCH])
         outputs = session.run(exposed, {INPUT_IDS: input_ids, ATTENTION_MASK: mask})
         for name, values in zip(exposed, outputs, strict=True):
             kept = np.abs(values.reshape(-1, values.shape[-1]))  # every position, padding too (above)

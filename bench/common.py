@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from kb_bridge.local_engine.config import EngineConfig
 from kb_bridge.testing.processes import Service, free_port, start_bridge, start_engine, wait_until, worker_pids  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +30,8 @@ RESULTS = REPO / "bench" / "results"
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 BENCH = str(REPO / "bench")
 MODERN = "2026-07-28"
+# Texts per embed_documents call, as the ingestion worker sends them by default (KB_ENGINE_EMBED_BATCH).
+WORKER_BATCH = EngineConfig.embed_batch_size
 MODERN_META = META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientInfo": {"name": "kb-bench", "version": "1"},

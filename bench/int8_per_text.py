@@ -24,15 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from common import SCIFACT, progress, write_result
+from common import SCIFACT, WORKER_BATCH, progress, write_result
 from ingestion import corpus_files, embedding_inputs
 from memory import DEFAULT_LOCOMO, load
 
-BATCH = 16  # texts per embed_documents call, as the ingestion worker sends them (KB_ENGINE_EMBED_BATCH)
 
 
 def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
-    return np.vstack([embedder.embed_documents(texts[start:start + BATCH]) for start in range(0, len(texts), BATCH)])
+    return np.vstack([embedder.embed_documents(texts[start:start + WORKER_BATCH]) for start in range(0, len(texts), WORKER_BATCH)])
 
 
 def main() -> None:
@@ -51,14 +50,14 @@ def main() -> None:
         "SciFact chunks": embedding_inputs(corpus_files(SCIFACT, args.texts))[: args.texts],
     }
     embedders = {
-        "per text": OnnxEmbedder(model_dir, MODEL_NAME, batch_size=BATCH, document_precision="int8",
+        "per text": OnnxEmbedder(model_dir, MODEL_NAME, batch_size=WORKER_BATCH, document_precision="int8",
                                  query_precision="int8"),
-        "16 per call": OnnxEmbedder(model_dir, MODEL_NAME, batch_size=BATCH, document_precision="int8",
-                                    query_precision="int8", int8_texts_per_call=BATCH),
+        "16 per call": OnnxEmbedder(model_dir, MODEL_NAME, batch_size=WORKER_BATCH, document_precision="int8",
+                                    query_precision="int8", int8_texts_per_call=WORKER_BATCH),
     }
-    reference = OnnxEmbedder(model_dir, MODEL_NAME, batch_size=BATCH, document_precision="float32",
+    reference = OnnxEmbedder(model_dir, MODEL_NAME, batch_size=WORKER_BATCH, document_precision="float32",
                              query_precision="float32")
-    figures: dict[str, Any] = {"int8_form": embedders["per text"].int8_form, "batch": BATCH}
+    figures: dict[str, Any] = {"int8_form": embedders["per text"].int8_form, "batch": WORKER_BATCH}
     for kind, texts in kinds.items():
         progress(f"{kind}: {len(texts)} texts")
         float32 = embed(reference, texts)

