@@ -89,6 +89,9 @@ class EngineConfig:
     # away count decay times the weights above; search/context.py).
     neighbour_reach: int = 2
     neighbour_decay: float = 0.5
+    # How many of the best fused candidates look for their neighbours (more if more results are asked for):
+    # a fixed number, so that the first results of a search do not change with top_n.
+    neighbour_anchors: int = 40
     # How a lexical candidate's BM25 score is corrected in hybrid search (convex fusion) for the share of the
     # query's words it holds and for the query's word pairs standing together in it (search/term_evidence.py);
     # 0 turns either off.
@@ -223,6 +226,7 @@ def _read(env: Env) -> dict[str, Any]:
                                                low=0.0),
         "neighbour_reach": env.integer("KB_ENGINE_NEIGHBOUR_REACH", d.neighbour_reach, 1, 8),
         "neighbour_decay": env.number("KB_ENGINE_NEIGHBOUR_DECAY", d.neighbour_decay, low=0.0, high=1.0),
+        "neighbour_anchors": env.integer("KB_ENGINE_NEIGHBOUR_ANCHORS", d.neighbour_anchors, 1, 1000),
         "coverage_power": env.number("KB_ENGINE_COVERAGE_POWER", d.coverage_power, low=0.0, high=4.0),
         "proximity_weight": env.number("KB_ENGINE_PROXIMITY_WEIGHT", d.proximity_weight, low=0.0, high=4.0),
         "proximity_window": env.integer("KB_ENGINE_PROXIMITY_WINDOW", d.proximity_window, 1, 64),

@@ -199,6 +199,28 @@ def test_an_answer_two_notes_after_the_question_is_found_with_a_reach_of_two(
         assert ranked.index(ids[3]) >= 4, ranked
 
 
+
+def test_the_first_results_do_not_change_with_top_n(make_app: Callable[..., flask.Flask], model: object) -> None:
+    """KB_ENGINE_NEIGHBOUR_ANCHORS: a fixed number of candidates look for neighbours, so asking for more
+    results only adds results; the first ones, and their scores, stay (up to that many results). When the
+    anchors grew with top_n, a note whose neighbours ranked just below the first page got its context only
+    on a longer page, and then passed the first results."""
+    client = make_app(model=model, neighbour_anchors=12).test_client()
+    people, things = ("Mel", "Caroline", "Jon"), ("the clarinet", "the garden", "a marathon", "the piano",
+                                                  "a pottery class", "the violin", "a road trip")
+    for n in range(42):
+        add_note(client, f"{people[n % 3]}: last week was about {things[n % 7]} and {things[(n * 3 + 1) % 7]}.",
+                 tags=["collection:memory"])
+    for query in ("which instruments does Mel play?", "did Jon run a marathon?", "who took a pottery class?",
+                  "what grows in the garden?"):
+        pages = [client.post(f"{API}/search", json={"query": query, "mode": "hybrid", "top_n": top_n}).json["results"]
+                 for top_n in range(1, 13)]
+        longest = [(hit["chunk_id"], hit["score"]) for hit in pages[-1]]
+        for page in pages:
+            assert [(hit["chunk_id"], hit["score"]) for hit in page] == longest[: len(page)], query
+
+
+
 def test_diversity_lets_a_different_result_pass_a_near_copy() -> None:
     unit = np.eye(3, dtype=np.float32)
     near_copy = np.array([0.99, 0.141, 0.0], dtype=np.float32)

@@ -97,13 +97,16 @@ def test_the_memory_vector_share_setting() -> None:
             load_config({"KB_ENGINE_MEMORY_VECTOR_SHARE": bad})
 
 
-def test_the_neighbour_reach_and_decay_settings() -> None:
-    assert (load_config({}).neighbour_reach, load_config({}).neighbour_decay) == (2, 0.5)
-    config = load_config({"KB_ENGINE_NEIGHBOUR_REACH": "1", "KB_ENGINE_NEIGHBOUR_DECAY": "0.3"})
-    assert (config.neighbour_reach, config.neighbour_decay) == (1, 0.3)
+def test_the_neighbour_reach_decay_and_anchors_settings() -> None:
+    default = load_config({})
+    assert (default.neighbour_reach, default.neighbour_decay, default.neighbour_anchors) == (2, 0.5, 40)
+    config = load_config({"KB_ENGINE_NEIGHBOUR_REACH": "1", "KB_ENGINE_NEIGHBOUR_DECAY": "0.3",
+                          "KB_ENGINE_NEIGHBOUR_ANCHORS": "100"})
+    assert (config.neighbour_reach, config.neighbour_decay, config.neighbour_anchors) == (1, 0.3, 100)
     for name, bad in (("KB_ENGINE_NEIGHBOUR_REACH", "0"), ("KB_ENGINE_NEIGHBOUR_REACH", "9"),
                       ("KB_ENGINE_NEIGHBOUR_REACH", "two"), ("KB_ENGINE_NEIGHBOUR_DECAY", "1.5"),
-                      ("KB_ENGINE_NEIGHBOUR_DECAY", "-0.1")):
+                      ("KB_ENGINE_NEIGHBOUR_DECAY", "-0.1"), ("KB_ENGINE_NEIGHBOUR_ANCHORS", "0"),
+                      ("KB_ENGINE_NEIGHBOUR_ANCHORS", "1001"), ("KB_ENGINE_NEIGHBOUR_ANCHORS", "many")):
         with pytest.raises(ConfigError, match=name):
             load_config({name: bad})
 

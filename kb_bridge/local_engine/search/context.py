@@ -5,8 +5,9 @@ subject named, in the note written just before it ("You play any instruments?" t
 clarinet!"), or the note just after it goes on with the subject. Notes kept in one collection in the order
 they were written (an agent's memory) are such a sequence; the store finds a note's neighbours by the order
 of submission within the collection and the search's filter, up to `reach` notes on either side, each with
-its distance d (store/adjacent.py). Every chunk among the best fused candidates and each of their neighbours
-then scores
+its distance d (store/adjacent.py). Every chunk among the best fused candidates (a fixed number of them,
+KB_ENGINE_NEIGHBOUR_ANCHORS, so that the first results do not change with top_n) and each of their
+neighbours then scores
 
     own + sum over d of decay^(d-1) * (weight * max(0, best own score of its neighbours at distance d)
                                        + lexical_weight * best lexical part of their scores)
@@ -28,14 +29,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..store.base import Ranking
 
-# How many of the best fused candidates look for their neighbours, per result asked for: deeper costs one
-# larger SQL lookup and finds only notes that cannot reach the results anyway.
-ANCHORS_PER_RESULT = 2
-
-
 def with_neighbours(
     ranked: Ranking,
-    top_n: int,
+    anchors: int,
     weight: float,
     adjacent_of: Callable[[Sequence[int]], Mapping[int, Mapping[int, int]]],
     scores_of: Callable[[Iterable[int]], Mapping[int, float]],
@@ -43,7 +39,7 @@ def with_neighbours(
     lexical: Mapping[int, float] | None = None,
     decay: float = 0.5,
 ) -> Ranking:
-    """`ranked` (fused, best first) re-scored with its best candidates' neighbours, best first.
+    """`ranked` (fused, best first) re-scored with the neighbours of its first `anchors` candidates, best first.
 
     `adjacent_of(chunk_ids)` gives the neighbouring chunks of each chunk that has some, each with its
     distance (1: next to it); `scores_of(chunk_ids)` the fused score of chunks that were not candidates;
@@ -52,8 +48,7 @@ def with_neighbours(
     """
     if (weight <= 0 and lexical_weight <= 0) or not ranked:
         return ranked
-    anchors = [chunk_id for chunk_id, _ in ranked[: max(top_n, 1) * ANCHORS_PER_RESULT]]
-    adjacent = adjacent_of(anchors)
+    adjacent = adjacent_of([chunk_id for chunk_id, _ in ranked[: max(anchors, 1)]])
     if not adjacent:
         return ranked
     own = dict(ranked)

@@ -100,7 +100,7 @@ class Searcher:
         # Rank fusion has no score for a non-candidate, nor a lexical part.
         if (config.neighbour_weight > 0 or config.neighbour_lexical_weight > 0) and config.fusion == "convex":
             fused = with_neighbours(
-                fused, request.top_n, config.neighbour_weight,
+                fused, max(config.neighbour_anchors, request.top_n), config.neighbour_weight,
                 lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where, config.neighbour_reach),
                 # Neighbours are notes of a collection: the memory share scores them.
                 lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids), memory=True),
