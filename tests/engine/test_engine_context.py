@@ -123,7 +123,6 @@ def test_collection_notes_are_the_chunks_of_notes_kept_in_a_collection(app: flas
     assert store.collection_notes([]) == set()
 
 
-
 @pytest.mark.sqlite_only
 def test_the_collection_lookup_starts_from_the_given_chunks_however_many(app: flask.Flask) -> None:
     """SQLite's plan walks the chunks asked about by primary key. With a plain JOIN and 20 or more ids its
@@ -144,6 +143,7 @@ def test_the_collection_lookup_starts_from_the_given_chunks_however_many(app: fl
         first_step = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()[0][3]
         assert first_step.startswith("SEARCH c USING INTEGER PRIMARY KEY"), (count, first_step)
     conn.close()
+
 
 CONVERSATION = (
     "Mel: The kids play football in the park every Sunday.",
@@ -199,7 +199,6 @@ def test_an_answer_two_notes_after_the_question_is_found_with_a_reach_of_two(
         assert ranked.index(ids[3]) >= 4, ranked
 
 
-
 def test_the_first_results_do_not_change_with_top_n(make_app: Callable[..., flask.Flask], model: object) -> None:
     """KB_ENGINE_NEIGHBOUR_ANCHORS: a fixed number of candidates look for neighbours, so asking for more
     results only adds results; the first ones, and their scores, stay (up to that many results). When the
@@ -218,7 +217,6 @@ def test_the_first_results_do_not_change_with_top_n(make_app: Callable[..., flas
         longest = [(hit["chunk_id"], hit["score"]) for hit in pages[-1]]
         for page in pages:
             assert [(hit["chunk_id"], hit["score"]) for hit in page] == longest[: len(page)], query
-
 
 
 def test_diversity_lets_a_different_result_pass_a_near_copy() -> None:
