@@ -99,9 +99,13 @@ class Searcher:
                                   memory)
         # Rank fusion has no score for a non-candidate, nor a lexical part.
         if (config.neighbour_weight > 0 or config.neighbour_lexical_weight > 0) and config.fusion == "convex":
+            # With the memory share, `memory` names every candidate that is a note kept in a collection, the only
+            # chunks with neighbours: the others are not looked up (a corpus of files: no lookup at all).
+            known = config.memory_vector_share is not None
             fused = with_neighbours(
                 fused, max(config.neighbour_anchors, request.top_n), config.neighbour_weight,
-                lambda chunk_ids: self._store.adjacent_notes(chunk_ids, request.where, config.neighbour_reach),
+                lambda chunk_ids: self._store.adjacent_notes([c for c in chunk_ids if not known or c in memory],
+                                                             request.where, config.neighbour_reach),
                 # Neighbours are notes of a collection: the memory share scores them.
                 lambda chunk_ids: self._fusion.vector_only(self._store.similarities(vector, chunk_ids), memory=True),
                 config.neighbour_lexical_weight, self._fusion.lexical_part(lexical, ceiling, memory),

@@ -21,6 +21,9 @@ SPAN = 64
 # Tags that name a collection (the bridge's collection:<name> convention, kb_bridge/collection_tags.py) sort
 # between these two strings.
 _COLLECTION_FROM, _COLLECTION_TO = "collection:", "collection;"
+# Below this many notes in the store, the collection lookup walks the notes' chunks (an index of document
+# ids, a fraction of a millisecond for all of them) rather than reading the row of each chunk asked about.
+FEW_NOTES = 1000
 
 
 def _neighbour_sql(mark: str, where: str, before: bool, distance: int) -> str:
@@ -36,16 +39,26 @@ def _neighbour_sql(mark: str, where: str, before: bool, distance: int) -> str:
         ORDER BY j.id {order} LIMIT 1 OFFSET {int(distance) - 1})"""
 
 
-def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str) -> set[int]:
-    """Those of these chunks that belong to a note kept in a collection (an agent's memory, not a file)."""
+def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str, choose_side: bool = False) -> set[int]:
+    """Those of these chunks that belong to a note kept in a collection (an agent's memory, not a file).
+
+    `choose_side` (SQLite): walk the notes when there are fewer than FEW_NOTES, else the given chunks. SQLite's
+    planner cannot tell: it walked SciFact's 5,183 notes (3 ms a lookup), and told to start from the chunks it
+    read 200 chunk rows a search among a million chunks of files that hold no note (1.9 ms;
+    docs/benchmarks.md, "Retrieval quality (SciFact)"). PostgreSQL's statistics of `doc_type` let it choose.
+    """
     if not chunk_ids:
         return set()
     marks = ", ".join([mark] * len(chunk_ids))
-    # CROSS JOIN keeps SQLite's loop on the given chunks: with a plain JOIN its planner started from the
-    # documents_doc_type index and walked every note's chunks (3 ms for 100 chunks among 5,183 notes,
-    # 0.08 ms this way; docs/benchmarks.md, "Retrieval quality (SciFact)"). PostgreSQL plans both alike.
+    tables = "chunks c CROSS JOIN documents d"  # PostgreSQL reorders it as it would a JOIN
+    if choose_side:
+        (notes,) = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM documents WHERE doc_type = 'note' LIMIT {FEW_NOTES}) AS n"
+        ).fetchone()
+        # CROSS JOIN: SQLite's loop runs over its left table.
+        tables = "documents d CROSS JOIN chunks c" if notes < FEW_NOTES else "chunks c CROSS JOIN documents d"
     rows = conn.execute(
-        f"SELECT c.id FROM chunks c CROSS JOIN documents d WHERE d.id = c.document_id AND c.id IN ({marks}) "
+        f"SELECT c.id FROM {tables} WHERE d.id = c.document_id AND c.id IN ({marks}) "
         f"AND d.doc_type = 'note' AND EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = c.document_id "
         f"AND t.tag >= {mark} AND t.tag < {mark})",
         [*chunk_ids, _COLLECTION_FROM, _COLLECTION_TO],

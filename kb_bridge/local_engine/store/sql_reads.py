@@ -161,7 +161,7 @@ class SqlReads:
     def collection_notes(self, chunk_ids: Sequence[int]) -> set[int]:
         mark = "%s" if self.kind == "postgresql" else "?"
         with self.db.snapshot() as conn:
-            return adjacent.collection_notes(conn, chunk_ids, mark)
+            return adjacent.collection_notes(conn, chunk_ids, mark, choose_side=self.kind == "sqlite")
 
     def adjacent_notes(self, chunk_ids: Sequence[int], where: DocumentFilter, reach: int = 1) -> dict[int, dict[int, int]]:
         mark = "%s" if self.kind == "postgresql" else "?"
