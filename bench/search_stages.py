@@ -18,11 +18,12 @@ import argparse
 import functools
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, cast
 
 from common import SCIFACT, load_beir, percentile, progress, write_result
+from retrieval import load_qrels
 
 # The Store methods a search calls (store/base.py); a method a mode does not call is left out of the table.
 STORE_STEPS = ("query_terms", "search_text", "text_tokens", "search_vectors", "collection_notes", "similarities",
@@ -66,8 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kb_bridge.local_engine.search.searcher import SearchRequest
 
     _, queries = load_beir(args.corpus)
-    with open(args.corpus / "qrels" / "train.tsv", encoding="utf-8") as handle:
-        judged = {line.split("\t")[0] for line in list(handle)[1:]}
+    judged = load_qrels(args.corpus / "qrels" / "train.tsv")  # the claims bench/retrieval.py asks
     texts = [text for query_id, text in queries.items() if query_id in judged][: args.queries]
     engine = Engine(load_config({"KB_ENGINE_DATA": str(args.data), "KB_ENGINE_EMBEDDER": "minilm",
                                  "KB_ENGINE_WAIT_FOR_MODEL": "1"}))
