@@ -19,6 +19,8 @@ evidence is a set of turns; the data, its source and the protocol are described 
     python bench/memory.py --data /tmp/locomo --keep        # keep the data directory ...
     python bench/memory.py --data /tmp/locomo --set KB_ENGINE_FUSION=rrf   # ... and ask again with other settings
     python bench/memory.py --json                           # the figures as JSON
+    python bench/memory.py --data /tmp/memory-1m --keep     # beside other documents: a copy of a data
+                                                            # directory of bench/search_scale.py's tiers
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KS = (1, 5, 10)
 TOP_N = 10
+MEMORY_TAG = "collection:memory"
 _DIA_ID = re.compile(r"^D(\d+):(\d+)$")
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
@@ -140,16 +143,22 @@ def means(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def store(api: EngineApi, turns: Sequence[Turn]) -> float:
-    """Post every turn as a note, wait until all are searchable; seconds taken (NaN when already stored)."""
-    held = api.get("/status")["documents"]["total"]
+    """Post every turn as a note, wait until all are searchable; seconds taken (NaN when already stored).
+
+    Other documents may be there (a corpus of files: memory beside it); notes of the memory collection must
+    be these turns or none."""
+    held = api.get(f"/documents?tag={MEMORY_TAG}&limit=1")["total"]
     if held >= len(turns):
-        progress(f"the engine already holds {held} documents: not storing again")
+        progress(f"the engine already holds {held} notes of {MEMORY_TAG}: not storing again")
         return float("nan")
     if held:
-        raise SystemExit(f"the data directory holds {held} documents, not these turns: use a fresh one")
+        raise SystemExit(f"the data directory holds {held} notes of {MEMORY_TAG}, not these turns: use a fresh one")
+    others = api.get("/status")["documents"]["total"]
+    if others:
+        progress(f"storing the turns beside {others} other documents")
     started = time.perf_counter()
     for turn in turns:
-        api.post("/jobs", {"text": turn.text, "tags": ["collection:memory", f"locomo:{turn.conversation}"],
+        api.post("/jobs", {"text": turn.text, "tags": [MEMORY_TAG, f"locomo:{turn.conversation}"],
                            "source_path": f"locomo/{turn.conversation}/{turn.dia_id}"})
     while True:
         status = api.get("/status")

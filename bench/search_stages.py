@@ -8,8 +8,12 @@ step and the wait for the query vector (the model embeds it on its own thread wh
 with timers; the table gives each one's p50 / p95 per search beside the whole search's. HTTP and JSON are
 not included: `bench/retrieval.py` measures the round trip.
 
+With --locomo it sends LoCoMo's questions instead, each restricted to its conversation's tag as
+`bench/memory.py` asks them, to a data directory that holds the turns (`bench/memory.py --keep`).
+
     python bench/search_stages.py --data /tmp/scifact                       # top_n 100, hybrid
     python bench/search_stages.py --data /tmp/scifact --top-n 10 --mode vector
+    python bench/search_stages.py --data /tmp/memory-1m --locomo --top-n 10  # memory's questions
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from common import SCIFACT, load_beir, percentile, progress, write_result
+from memory import DEFAULT_LOCOMO
+from memory import load as load_locomo
 from retrieval import load_qrels
 
 # The Store methods a search calls (store/base.py); a method a mode does not call is left out of the table.
@@ -60,15 +66,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, help="only the first N claims")
     parser.add_argument("--top-n", type=int, default=100, help="results per search (default: %(default)s)")
     parser.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid")
+    parser.add_argument("--locomo", type=Path, nargs="?", const=DEFAULT_LOCOMO,
+                        help="ask LoCoMo's questions, each within its conversation (default folder: %(const)s)")
     args = parser.parse_args(argv)
 
     from kb_bridge.local_engine.config import load_config
     from kb_bridge.local_engine.engine import Engine
     from kb_bridge.local_engine.search.searcher import SearchRequest
+    from kb_bridge.local_engine.store.base import DocumentFilter
 
-    _, queries = load_beir(args.corpus)
-    judged = load_qrels(args.corpus / "qrels" / "train.tsv")  # the claims bench/retrieval.py asks
-    texts = [text for query_id, text in queries.items() if query_id in judged][: args.queries]
+    if args.locomo is not None:
+        _, questions = load_locomo(args.locomo, None)
+        searches = [SearchRequest(q.text, args.top_n, DocumentFilter(tags=(f"locomo:{q.conversation}",)), args.mode)
+                    for q in questions][: args.queries]
+    else:
+        _, queries = load_beir(args.corpus)
+        judged = load_qrels(args.corpus / "qrels" / "train.tsv")  # the claims bench/retrieval.py asks
+        searches = [SearchRequest(text, args.top_n, mode=args.mode)
+                    for query_id, text in queries.items() if query_id in judged][: args.queries]
     engine = Engine(load_config({"KB_ENGINE_DATA": str(args.data), "KB_ENGINE_EMBEDDER": "minilm",
                                  "KB_ENGINE_WAIT_FOR_MODEL": "1"}))
     engine.start()
@@ -82,11 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             submit = embedder.submit_query
             embedder.submit_query = (  # type: ignore[method-assign]
                 lambda text: cast("Future[Any]", TimedFuture(submit(text), spent)))
-        progress(f"{len(texts)} searches, {args.mode}, top_n {args.top_n}")
-        for n, text in enumerate(texts[:WARM_UP] + texts):
+        progress(f"{len(searches)} searches, {args.mode}, top_n {args.top_n}")
+        for n, search in enumerate(searches[:WARM_UP] + searches):
             spent.clear()
             started = time.perf_counter()
-            engine.searcher.search(SearchRequest(text, args.top_n, mode=args.mode))
+            engine.searcher.search(search)
             if n >= WARM_UP:
                 per_search.setdefault("whole search", []).append((time.perf_counter() - started) * 1000)
                 for name, ms in spent.items():
@@ -99,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, row in rows.items():
         print(f"{name:28} {row['p50']:8.2f} {row['p95']:8.2f}  {row['searches']}")
     path = write_result("search-stages", {"data": str(args.data), "mode": args.mode, "top_n": args.top_n,
+                                          "questions": "locomo" if args.locomo is not None else "scifact",
                                           "steps": rows})
     print(f"results written to {path}")
     return 0
