@@ -97,24 +97,24 @@ def test_a_filtered_search_weighs_words_by_their_idf_within_the_filter(
 
 
 @pytest.mark.sqlite_only
-@pytest.mark.parametrize(("drives_below", "driving", "first_steps"), [
+@pytest.mark.parametrize(("few_documents", "driving", "first_steps"), [
     # From the list of the rarer tag's documents, for a page of documents and for a vector search's chunks.
     (10_000, "rare", ("SEARCH d USING INTEGER PRIMARY KEY", "SEARCH d USING INTEGER PRIMARY KEY")),
     # No tag under the threshold: walk the documents (newest first) or the chunks, looking each tag up.
     (1, None, ("SCAN d USING INDEX documents_updated_at", "SCAN c")),
 ])
 def test_a_tag_filter_starts_from_its_rarest_tag(app: flask.Flask, client: FlaskClient,
-                                                 monkeypatch: pytest.MonkeyPatch, drives_below: int,
+                                                 monkeypatch: pytest.MonkeyPatch, few_documents: int,
                                                  driving: str | None, first_steps: tuple[str, str]) -> None:
     """SQLite's planner knows no tag's count: for a tag filter it walked every document and looked the tag up
     for each (370 ms a search among a million chunks for a tag of 419 notes). The store counts each tag's
-    documents up to TAG_DRIVES_BELOW and starts from the rarest under it (docs/benchmarks.md, "Memory beside
+    documents up to FEW_DOCUMENTS and starts from the rarest under it (docs/benchmarks.md, "Memory beside
     a million chunks of files")."""
     for text in ("the first common note", "the second common note"):
         add_note(client, text, tags=["common"])
     rare = add_note(client, "the rare note", tags=["common", "rare"])
     add_note(client, "a note with no tag")
-    monkeypatch.setattr(sqlite_documents, "TAG_DRIVES_BELOW", drives_below)
+    monkeypatch.setattr(sqlite_documents, "FEW_DOCUMENTS", few_documents)
     where = DocumentFilter(tags=("common", "rare"))
     store = engine_of(app).store
     conn = store.db.connection()  # this thread's, which the store's reads below use
@@ -132,6 +132,34 @@ def test_a_tag_filter_starts_from_its_rarest_tag(app: flask.Flask, client: Flask
     [chunks] = [sql for sql in statements if sql.startswith("SELECT c.id FROM chunks c")]
     for statement, first_step in zip((page, chunks), first_steps, strict=True):
         assert conn.execute(f"EXPLAIN QUERY PLAN {statement}").fetchall()[0][3].startswith(first_step)
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize(("few_documents", "first_step"), [
+    (10_000, "SEARCH d USING INDEX documents_created_at"),  # one match: found by the time bound, then sorted
+    (1, "SCAN d USING INDEX documents_updated_at"),  # "many": walk the newest first until a page is full
+])
+def test_a_listing_with_few_matches_finds_them_by_its_filter(app: flask.Flask, client: FlaskClient,
+                                                             monkeypatch: pytest.MonkeyPatch, few_documents: int,
+                                                             first_step: str) -> None:
+    """Walking the newest documents first and checking a time bound on each took 414 ms for a bound that none
+    of a million documents met; the listing counts its matches first, and with few it reads them by the
+    filter's index and sorts them."""
+    first = add_note(client, "the first note", created_at="2020-03-01")
+    for text in ("a later note", "the latest note"):
+        add_note(client, text)
+    monkeypatch.setattr(sqlite_documents, "FEW_DOCUMENTS", few_documents)
+    store = engine_of(app).store
+    conn = store.db.connection()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        found, total = store.list_documents(DocumentFilter(created_before="2021-01-01T00:00:00.000Z"), 10, 0)
+    finally:
+        conn.set_trace_callback(None)
+    assert [d["id"] for d in found] == [first["id"]] and total == 1
+    [page] = [sql for sql in statements if sql.startswith("SELECT d.id, d.title")]
+    assert conn.execute(f"EXPLAIN QUERY PLAN {page}").fetchall()[0][3].startswith(first_step)
 
 
 def test_doc_type_filter(client: FlaskClient) -> None:

@@ -23,8 +23,9 @@ _DOCUMENT_COLUMNS = """d.id, d.title, d.doc_type, d.source_path, d.size_bytes, d
     d.created_at, d.updated_at, d.changed_by, (SELECT COUNT(*) FROM chunks c WHERE c.document_id = d.id) AS chunk_count"""
 
 
-# A tag held by fewer documents than this drives a read of the documents a filter allows (see `driving_tag`).
-TAG_DRIVES_BELOW = 10_000
+# Fewer documents than this are read in full from an index of the filter's and sorted (`driving_tag`,
+# `list_documents`); when more match, walking the documents in the order asked for stops sooner.
+FEW_DOCUMENTS = 10_000
 
 
 def where_sql(where: DocumentFilter, alias: str = "d", driving_tag: str | None = None) -> tuple[str, list[object]]:
@@ -107,7 +108,7 @@ def get_document_detail(conn: sqlite3.Connection, doc_id: int) -> dict[str, obje
 
 
 def driving_tag(conn: sqlite3.Connection, where: DocumentFilter) -> str | None:
-    """The filter's tag held by the fewest documents, if fewer than TAG_DRIVES_BELOW (counted up to that).
+    """The filter's tag held by the fewest documents, if fewer than FEW_DOCUMENTS (counted up to that).
 
     SQLite's planner knows no tag's count: for a tag filter it walked every document (or chunk) and looked
     the tag up for each, 250-370 ms a search among a million chunks for a tag of 419 notes, 0.2 ms from the
@@ -117,8 +118,8 @@ def driving_tag(conn: sqlite3.Connection, where: DocumentFilter) -> str | None:
     counted: list[tuple[int, str]] = []
     for tag in where.tags:
         (held,) = conn.execute("SELECT count(*) FROM (SELECT 1 FROM document_tags WHERE tag = ? LIMIT ?)",
-                               (tag, TAG_DRIVES_BELOW)).fetchone()
-        if held < TAG_DRIVES_BELOW:
+                               (tag, FEW_DOCUMENTS)).fetchone()
+        if held < FEW_DOCUMENTS:
             counted.append((int(held), tag))
     return min(counted)[1] if counted else None
 
@@ -128,9 +129,12 @@ def list_documents(
 ) -> tuple[list[dict[str, object]], int]:
     clause, params = where_sql(where, driving_tag=driving_tag(conn, where))
     total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
+    # The planner walks the newest first, checking the filter on each document, which stops early when many
+    # match. When few do, "+" keeps that index out so that the filter's own index finds them: a time bound
+    # that none of a million documents met took 414 ms walking them all, 0.1 ms so.
+    order = "+d.updated_at DESC, +d.id DESC" if total < FEW_DOCUMENTS else "d.updated_at DESC, d.id DESC"
     rows = conn.execute(
-        f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} "
-        "ORDER BY d.updated_at DESC, d.id DESC LIMIT ? OFFSET ?",
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
         [*params, limit, offset],
     ).fetchall()
     tags = tags_of(conn, [row["id"] for row in rows])
