@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -51,10 +52,16 @@ class PostgresServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(sql)
 
-    def new_database(self, prefix: str = "kb") -> str:
-        """A fresh, empty database; returns its URL."""
+    def new_database(self, prefix: str = "kb", locale: str | None = None) -> str:
+        """A fresh, empty database (in the server's locale, C.UTF-8, or in `locale`, which the machine must
+        have: an error names it otherwise); returns its URL."""
         name = f"{prefix}_{os.getpid()}_{next(_names)}"
-        self.admin(f'CREATE DATABASE "{name}"')
+        if locale is None:
+            self.admin(f'CREATE DATABASE "{name}"')
+        else:
+            if not re.fullmatch(r"[A-Za-z0-9_.@-]+", locale):
+                raise ValueError(f"not a locale name: {locale!r}")
+            self.admin(f"CREATE DATABASE \"{name}\" TEMPLATE template0 LC_COLLATE '{locale}' LC_CTYPE '{locale}'")
         return self.url(name)
 
     def pause(self) -> None:

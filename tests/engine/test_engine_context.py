@@ -8,10 +8,12 @@ model on a short conversation whose answer shares no word with the question: onl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import flask
 import numpy as np
+import psycopg
 import pytest
 from flask.testing import FlaskClient
 
@@ -22,6 +24,7 @@ from kb_bridge.local_engine.store import adjacent
 from kb_bridge.local_engine.store.base import DocumentFilter, Store
 
 from kb_bridge.testing.engine_app import API, add_note, upload, wait_job
+from kb_bridge.testing.postgres import PostgresServer
 
 
 def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
@@ -87,6 +90,10 @@ def store_of(app: flask.Flask) -> Store:
 def test_neighbours_are_the_notes_submitted_beside_it_in_its_collection(
     app: flask.Flask, client: FlaskClient
 ) -> None:
+    neighbours_are_the_notes_submitted_beside_them(app, client)
+
+
+def neighbours_are_the_notes_submitted_beside_them(app: flask.Flask, client: FlaskClient) -> None:
     def note(text: str, *tags: str) -> int:
         """The note's one chunk."""
         return int(add_note(client, text, tags=list(tags))["chunks"][0]["id"])
@@ -113,6 +120,10 @@ def test_neighbours_are_the_notes_submitted_beside_it_in_its_collection(
 @pytest.mark.both_stores
 def test_collection_notes_are_the_chunks_of_notes_kept_in_a_collection(app: flask.Flask, client: FlaskClient) -> None:
     """Which chunks hybrid fusion scores with the memory vector share (search/fusion.py)."""
+    collection_notes_are_the_notes_kept_in_a_collection(app, client)
+
+
+def collection_notes_are_the_notes_kept_in_a_collection(app: flask.Flask, client: FlaskClient) -> None:
     kept = int(add_note(client, "a note of the diary", tags=["collection:diary"])["chunks"][0]["id"])
     loose = int(add_note(client, "a note in no collection", tags=["diary"])["chunks"][0]["id"])
     job = wait_job(client, upload(client, "f.txt", b"a file of the diary", tags=["collection:diary"]).json["id"])
@@ -120,6 +131,27 @@ def test_collection_notes_are_the_chunks_of_notes_kept_in_a_collection(app: flas
     store = engine_of(app).store
     assert store.collection_notes([kept, loose, filed]) == {kept}
     assert store.collection_notes([]) == set()
+
+
+LINGUISTIC_LOCALE = "en_US.UTF-8"
+
+
+def test_collections_are_found_in_a_database_of_a_linguistic_collation(
+    make_app: Callable[..., flask.Flask], postgres_server: PostgresServer
+) -> None:
+    """The official PostgreSQL image makes its databases in en_US.UTF-8, which sorts letters before
+    punctuation: the range from "collection:" to "collection;" that the lookups used held no tag there, so a
+    memory had no neighbours and no vector share, without an error (store/adjacent.py)."""
+    try:
+        url = postgres_server.new_database(locale=LINGUISTIC_LOCALE)
+    except psycopg.Error as error:  # the machine lacks the locale
+        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(f"the locale {LINGUISTIC_LOCALE} is required (Debian: locales, locale-gen): {error}")
+        pytest.skip(f"this machine has no {LINGUISTIC_LOCALE} locale: {error}")
+    app = make_app(database_url=url)
+    client = app.test_client()
+    neighbours_are_the_notes_submitted_beside_them(app, client)
+    collection_notes_are_the_notes_kept_in_a_collection(app, client)
 
 
 @pytest.mark.sqlite_only

@@ -18,12 +18,20 @@ from typing import Any
 # How many submissions before and after a note are searched for its neighbour: bounds the work of one
 # lookup when other collections' notes were submitted in between.
 SPAN = 64
-# Tags that name a collection (the bridge's collection:<name> convention, kb_bridge/collection_tags.py) sort
-# between these two strings.
-_COLLECTION_FROM, _COLLECTION_TO = "collection:", "collection;"
+# Tags that name a collection (the bridge's collection:<name> convention, kb_bridge/collection_tags.py) start
+# with this.
+_COLLECTION = "collection:"
 # Below this many notes in the store, the collection lookup walks the notes' chunks (an index of document
 # ids, a fraction of a millisecond for all of them) rather than reading the row of each chunk asked about.
 FEW_NOTES = 1000
+
+
+def _names_a_collection(column: str, mark: str) -> str:
+    """SQL for: the tag in `column` names a collection (its parameter: _COLLECTION). A prefix compared as
+    such, not the range from "collection:" to "collection;": a database in a linguistic collation (the
+    official PostgreSQL image makes them in en_US.UTF-8) sorts letters before punctuation, and no tag fell in
+    that range there. Each use looks at the few tags of one document."""
+    return f"substr({column}, 1, {len(_COLLECTION)}) = {mark}"
 
 
 def _neighbour_sql(mark: str, where: str, before: bool, distance: int) -> str:
@@ -35,7 +43,7 @@ def _neighbour_sql(mark: str, where: str, before: bool, distance: int) -> str:
         WHERE j.type = 'note' AND {within} AND {where}
           AND EXISTS (SELECT 1 FROM document_tags x JOIN document_tags y ON y.tag = x.tag
                       WHERE x.document_id = a.document_id AND y.document_id = j.document_id
-                        AND x.tag >= {mark} AND x.tag < {mark})
+                        AND {_names_a_collection("x.tag", mark)})
         ORDER BY j.id {order} LIMIT 1 OFFSET {int(distance) - 1})"""
 
 
@@ -60,8 +68,8 @@ def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str, choose_side
     rows = conn.execute(
         f"SELECT c.id FROM {tables} WHERE d.id = c.document_id AND c.id IN ({marks}) "
         f"AND d.doc_type = 'note' AND EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = c.document_id "
-        f"AND t.tag >= {mark} AND t.tag < {mark})",
-        [*chunk_ids, _COLLECTION_FROM, _COLLECTION_TO],
+        f"AND {_names_a_collection('t.tag', mark)})",
+        [*chunk_ids, _COLLECTION],
     ).fetchall()
     return {int(chunk_id) for (chunk_id,) in rows}
 
@@ -82,14 +90,14 @@ def adjacent_notes(conn: Any, chunk_ids: Sequence[int], where: tuple[str, list[o
     if not anchors:
         return {}
     doc_marks = ", ".join([mark] * len(anchors))
-    collection = [_COLLECTION_FROM, _COLLECTION_TO]
+    collection = [_COLLECTION]
     # One column per side and distance: the neighbours at distance 1..reach before, then the same after.
     sides = [(before, distance) for before in (True, False) for distance in range(1, reach + 1)]
     columns = ", ".join(_neighbour_sql(mark, clause, before, distance) for before, distance in sides)
     rows = conn.execute(
         f"SELECT a.document_id, {columns} "
         f"FROM jobs a WHERE a.type = 'note' AND a.document_id IN ({doc_marks}) AND EXISTS (SELECT 1 FROM "
-        f"document_tags c WHERE c.document_id = a.document_id AND c.tag >= {mark} AND c.tag < {mark})",
+        f"document_tags c WHERE c.document_id = a.document_id AND {_names_a_collection('c.tag', mark)})",
         [*[p for _ in sides for p in (*params, *collection)], *anchors, *collection],
     ).fetchall()
     # Only notes in a collection look for neighbours: the others (a corpus without collections) cost one
