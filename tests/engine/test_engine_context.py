@@ -133,6 +133,45 @@ def collection_notes_are_the_notes_kept_in_a_collection(app: flask.Flask, client
     assert store.collection_notes([]) == set()
 
 
+class Recording:
+    """A connection that keeps the statements run through it."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self.statements: list[tuple[str, list[object]]] = []
+
+    def execute(self, sql: str, params: list[object]) -> psycopg.Cursor:
+        self.statements.append((sql, params))
+        return self.conn.execute(sql, params)
+
+
+def test_on_postgresql_the_collection_lookup_starts_from_the_chunks_with_stale_statistics(
+    make_app: Callable[..., flask.Flask], postgres_server: PostgresServer
+) -> None:
+    """Notes stored after the last ANALYZE (a memory beside a large corpus stays under autovacuum's 10 %)
+    are not in PostgreSQL's statistics: its planner took them for none and walked them all from the index of
+    doc_type. The lookup starts from the given chunks whatever the statistics say (store/adjacent.py)."""
+    url = postgres_server.new_database()
+    client = make_app(database_url=url).test_client()
+    add_note(client, "the schema is made", tags=["collection:diary"])
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO documents (title, doc_type, size_bytes, sha256, created_at, updated_at) "
+                      "SELECT 'file ' || i, 'txt', 1, 'x', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z' "
+                      "FROM generate_series(1, 3000) AS i")
+        conn.execute("INSERT INTO chunks (document_id, chunk_index, title, text, text_sha256) "
+                      "SELECT id, 0, title, title, 'x' FROM documents WHERE doc_type = 'txt'")
+        conn.execute("ANALYZE")
+        notes = [int(add_note(client, f"note {i} of the diary", tags=["collection:diary"])["chunks"][0]["id"])
+                 for i in range(40)]
+        # The first chunk is the first note's, then 59 of the files'.
+        first, *files = [int(row[0]) for row in conn.execute("SELECT id FROM chunks ORDER BY id LIMIT 60").fetchall()]
+        recording = Recording(conn)
+        assert adjacent.collection_notes(recording, [*notes, first, *files], "%s") == {*notes, first}
+        [(sql, params)] = recording.statements
+        plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sql}", params).fetchall())
+    assert "documents_doc_type" not in plan and "chunks_pkey" in plan
+
+
 LINGUISTIC_LOCALE = "en_US.UTF-8"
 
 

@@ -53,24 +53,28 @@ def collection_notes(conn: Any, chunk_ids: Sequence[int], mark: str, choose_side
     `choose_side` (SQLite): walk the notes when there are fewer than FEW_NOTES, else the given chunks. SQLite's
     planner cannot tell: it walked SciFact's 5,183 notes (3 ms a lookup), and told to start from the chunks it
     read 200 chunk rows a search among a million chunks of files that hold no note (1.9 ms;
-    docs/benchmarks.md, "Retrieval quality (SciFact)"). PostgreSQL's statistics of `doc_type` let it choose.
+    docs/benchmarks.md, "Retrieval quality (SciFact)").
+    Without it (PostgreSQL) the lookup starts from the given chunks, always: a few hundred primary-key reads
+    (about 1 ms). PostgreSQL's statistics of doc_type go stale: a memory of 2,760 notes stored beside 94,591
+    documents is under autovacuum's 10 % of changes for a new ANALYZE, so its planner still counted no note and
+    walked all of them, 5-10 ms a lookup (docs/benchmarks.md, "Memory beside a million chunks of files").
     """
     if not chunk_ids:
         return set()
     marks = ", ".join([mark] * len(chunk_ids))
-    tables = "chunks c CROSS JOIN documents d"  # PostgreSQL reorders it as it would a JOIN
+    kept = (f"d.doc_type = 'note' AND EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = c.document_id "
+            f"AND {_names_a_collection('t.tag', mark)})")
     if choose_side:
         (notes,) = conn.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM documents WHERE doc_type = 'note' LIMIT {FEW_NOTES}) AS n"
         ).fetchone()
         # CROSS JOIN: SQLite's loop runs over its left table.
         tables = "documents d CROSS JOIN chunks c" if notes < FEW_NOTES else "chunks c CROSS JOIN documents d"
-    rows = conn.execute(
-        f"SELECT c.id FROM {tables} WHERE d.id = c.document_id AND c.id IN ({marks}) "
-        f"AND d.doc_type = 'note' AND EXISTS (SELECT 1 FROM document_tags t WHERE t.document_id = c.document_id "
-        f"AND {_names_a_collection('t.tag', mark)})",
-        [*chunk_ids, _COLLECTION],
-    ).fetchall()
+        sql = f"SELECT c.id FROM {tables} WHERE d.id = c.document_id AND c.id IN ({marks}) AND {kept}"
+    else:  # MATERIALIZED: the planner may not fold the given chunks into a join it reorders.
+        sql = (f"WITH c AS MATERIALIZED (SELECT id, document_id FROM chunks WHERE id IN ({marks})) "
+               f"SELECT c.id FROM c JOIN documents d ON d.id = c.document_id WHERE {kept}")
+    rows = conn.execute(sql, [*chunk_ids, _COLLECTION]).fetchall()
     return {int(chunk_id) for (chunk_id,) in rows}
 
 
