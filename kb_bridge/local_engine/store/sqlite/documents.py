@@ -124,10 +124,15 @@ def driving_tag(conn: sqlite3.Connection, where: DocumentFilter) -> str | None:
     return min(counted)[1] if counted else None
 
 
+def _reading_sql(conn: sqlite3.Connection, where: DocumentFilter) -> tuple[str, list[object]]:
+    """`where_sql` for a read of every document (or chunk) the filter allows: from its rarest tag's list."""
+    return where_sql(where, driving_tag=driving_tag(conn, where))
+
+
 def list_documents(
     conn: sqlite3.Connection, where: DocumentFilter, limit: int, offset: int
 ) -> tuple[list[dict[str, object]], int]:
-    clause, params = where_sql(where, driving_tag=driving_tag(conn, where))
+    clause, params = _reading_sql(conn, where)
     total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
     # The planner walks the newest first, checking the filter on each document, which stops early when many
     # match. When few do, "+" keeps that index out so that the filter's own index finds them: a time bound
@@ -142,12 +147,12 @@ def list_documents(
 
 
 def matching_document_ids(conn: sqlite3.Connection, where: DocumentFilter) -> list[int]:
-    clause, params = where_sql(where, driving_tag=driving_tag(conn, where))
+    clause, params = _reading_sql(conn, where)
     return [row[0] for row in conn.execute(f"SELECT d.id FROM documents d WHERE {clause}", params)]
 
 
 def matching_chunk_ids(conn: sqlite3.Connection, where: DocumentFilter) -> list[int]:
-    clause, params = where_sql(where, driving_tag=driving_tag(conn, where))
+    clause, params = _reading_sql(conn, where)
     return [row[0] for row in conn.execute(
         f"SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {clause}", params)]
 
