@@ -25,6 +25,7 @@ from kb_bridge.local_engine.store.base import DocumentFilter, Store
 
 from kb_bridge.testing.engine_app import API, add_note, upload, wait_job
 from kb_bridge.testing.postgres import PostgresServer
+from kb_bridge.testing.sqlite_plans import plan_start, traced
 
 
 def test_a_note_adds_a_share_of_its_best_neighbours_score() -> None:
@@ -211,14 +212,9 @@ def test_the_collection_lookup_walks_the_smaller_side(app: flask.Flask, client: 
     monkeypatch.setattr(adjacent, "FEW_NOTES", few_notes)
     store = engine_of(app).store
     conn = store.db.connection()  # this thread's, which the lookup below uses
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
-    try:
+    with traced(conn) as statements:
         assert store.collection_notes([kept, *range(kept + 1, kept + 100)]) == {kept}
-    finally:
-        conn.set_trace_callback(None)
-    [lookup] = [sql for sql in statements if sql.startswith("SELECT c.id")]
-    assert conn.execute(f"EXPLAIN QUERY PLAN {lookup}").fetchall()[0][3].startswith(first_step)
+    assert plan_start(conn, statements, "SELECT c.id").startswith(first_step)
 
 
 CONVERSATION = (

@@ -15,6 +15,7 @@ from kb_bridge.local_engine.store.sqlite import documents as sqlite_documents
 from kb_bridge.local_engine.store.text_index import TextIndex
 
 from kb_bridge.testing.engine_app import API, Sample, add_note, error_code, upload, wait_job
+from kb_bridge.testing.sqlite_plans import plan_start, traced
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores
@@ -119,19 +120,13 @@ def test_a_tag_filter_starts_from_its_rarest_tag(app: flask.Flask, client: Flask
     store = engine_of(app).store
     conn = store.db.connection()  # this thread's, which the store's reads below use
     assert sqlite_documents.driving_tag(conn, where) == driving
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
-    try:
+    with traced(conn) as statements:
         found, total = store.list_documents(where, 10, 0)
         chunk_ids = sqlite_documents.matching_chunk_ids(conn, where)
-    finally:
-        conn.set_trace_callback(None)
     assert [d["id"] for d in found] == [rare["id"]] and total == 1
     assert chunk_ids == [chunk["id"] for chunk in client.get(f"{API}/documents/{rare['id']}").json["chunks"]]
-    [page] = [sql for sql in statements if sql.startswith("SELECT d.id, d.title")]
-    [chunks] = [sql for sql in statements if sql.startswith("SELECT c.id FROM chunks c")]
-    for statement, first_step in zip((page, chunks), first_steps, strict=True):
-        assert conn.execute(f"EXPLAIN QUERY PLAN {statement}").fetchall()[0][3].startswith(first_step)
+    for prefix, first_step in zip(("SELECT d.id, d.title", "SELECT c.id FROM chunks c"), first_steps, strict=True):
+        assert plan_start(conn, statements, prefix).startswith(first_step)
 
 
 @pytest.mark.sqlite_only
@@ -151,15 +146,10 @@ def test_a_listing_with_few_matches_finds_them_by_its_filter(app: flask.Flask, c
     monkeypatch.setattr(sqlite_documents, "FEW_DOCUMENTS", few_documents)
     store = engine_of(app).store
     conn = store.db.connection()
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
-    try:
+    with traced(conn) as statements:
         found, total = store.list_documents(DocumentFilter(created_before="2021-01-01T00:00:00.000Z"), 10, 0)
-    finally:
-        conn.set_trace_callback(None)
     assert [d["id"] for d in found] == [first["id"]] and total == 1
-    [page] = [sql for sql in statements if sql.startswith("SELECT d.id, d.title")]
-    assert conn.execute(f"EXPLAIN QUERY PLAN {page}").fetchall()[0][3].startswith(first_step)
+    assert plan_start(conn, statements, "SELECT d.id, d.title").startswith(first_step)
 
 
 def test_doc_type_filter(client: FlaskClient) -> None:
