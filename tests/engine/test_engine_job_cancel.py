@@ -14,7 +14,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import engine_of
-from kb_bridge.local_engine.embedding.embedder import Embedder
+from kb_bridge.local_engine.embedding.embedder import Embedder, EmbedderSlot
+from kb_bridge.local_engine.ingest import scheduling
 
 from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
 
@@ -73,6 +74,43 @@ def test_a_queued_job_is_cancelled_and_stays_cancelled(held: tuple[FlaskClient, 
     assert wait_job(client, other["id"])["status"] == "done"
     assert client.get(f"{API}/jobs/{job['id']}").json["status"] == "cancelled"  # never claimed afterwards
     assert client.get(f"{API}/status").json["queue"]["cancelled"] == 1
+
+
+def test_a_load_begun_while_the_worker_is_about_to_claim_holds_the_job(
+        app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker waits for a settled model, then claims. A load that begins between the two (the fixture
+    above begins one on a running engine) still holds the job: the claim is made under the slot's lock."""
+    slot = engine_of(app).embedders
+    arrived, release, back = threading.Event(), threading.Event(), threading.Event()
+    lanes_to_claim = scheduling.lanes_to_claim
+
+    def between(*args: object) -> object:  # called after the worker's wait, before its claim
+        arrived.set()
+        assert release.wait(60), "the test never released the worker"
+        return lanes_to_claim(*args)
+
+    def wait(timeout: float | None = None) -> bool:
+        if release.is_set():
+            back.set()  # the worker has decided about the job and is waiting again
+        return EmbedderSlot.wait(slot, timeout)
+
+    monkeypatch.setattr(scheduling, "lanes_to_claim", between)
+    monkeypatch.setattr(slot, "wait", wait)
+    client = app.test_client()
+    job = client.post(f"{API}/jobs", json={"text": "hold me"}).json  # wakes the worker
+    assert arrived.wait(60), "the worker never woke"
+    gate = threading.Event()
+
+    def loading() -> Embedder:
+        gate.wait(60)
+        raise RuntimeError("released by the test: full text only")
+
+    slot.load(loading, background=True)
+    release.set()
+    assert back.wait(60), "the worker never came back to wait for the model"
+    assert client.get(f"{API}/jobs/{job['id']}").json["status"] == "queued"
+    gate.set()
+    assert wait_job(client, job["id"])["status"] == "done"
 
 
 def test_a_cancelled_file_job_leaves_nothing_staged(app: flask.Flask, held: tuple[FlaskClient, threading.Event],

@@ -17,8 +17,9 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -174,6 +175,9 @@ class EmbedderSlot:
         self._embedder: Embedder | None = None
         self._settled = threading.Event()
         self._settled.set()
+        # Held by a load as it begins and by the ingestion worker while it claims a job (`steady`), so that a
+        # job claimed under it was claimed before the load began, and every later claim sees the load.
+        self._beginning = threading.Lock()
         self._listeners: list[Callable[[Embedder], None]] = []
 
     def current(self) -> Embedder | None:
@@ -188,13 +192,11 @@ class EmbedderSlot:
 
     def use(self, embedder: Embedder) -> None:
         """Install an already loaded embedder (tests share one model across engines this way)."""
-        self._settled.clear()
-        self.state = "loading"
+        self._begin_loading()
         self._finish(embedder)
 
     def load(self, factory: Callable[[], Embedder], background: bool) -> None:
-        self._settled.clear()
-        self.state = "loading"
+        self._begin_loading()
         if background:
             threading.Thread(target=self._load, args=(factory,), name="kb-engine-model", daemon=True).start()
         else:
@@ -203,6 +205,17 @@ class EmbedderSlot:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the slot is no longer `loading`; False on timeout."""
         return self._settled.wait(timeout)
+
+    @contextmanager
+    def steady(self) -> Iterator[bool]:
+        """Whether the slot is settled, kept true for the block: a load begun meanwhile waits until it ends."""
+        with self._beginning:
+            yield self._settled.is_set()
+
+    def _begin_loading(self) -> None:
+        with self._beginning:
+            self._settled.clear()
+            self.state = "loading"
 
     def _load(self, factory: Callable[[], Embedder]) -> None:
         try:

@@ -233,7 +233,10 @@ class IngestionWorker:
             self._wake.clear()
             lanes = scheduling.lanes_to_claim(self._ahead.chunks, self._ahead_limit)
             full = len(lanes) < len(scheduling.LANES)
-            job = self._store.claim_job(now_iso(), lanes if full else None)
+            with self._embedders.steady() as settled:
+                if not settled:  # a load began after the wait above: the jobs wait for it
+                    continue
+                job = self._store.claim_job(now_iso(), lanes if full else None)
             if job is None:
                 self._wake.wait(_TICK if full else IDLE_POLL_SECONDS)
                 continue
