@@ -64,6 +64,8 @@ def test_list_filters(client: FlaskClient) -> None:
     assert ids(doc_type="note", tag="x") == [a["id"]]
     listing = client.get(f"{API}/documents", query_string={"limit": 1, "offset": 1}).json
     assert listing["total"] == 3 and [d["id"] for d in listing["documents"]] == [b["id"]]
+    listing = client.get(f"{API}/documents", query_string={"tag": "collection:memory", "limit": 1}).json
+    assert listing["total"] == 2 and [d["id"] for d in listing["documents"]] == [b["id"]]
     assert client.get(f"{API}/documents", query_string={"limit": 501}).status_code == 422
     assert client.get(f"{API}/documents", query_string={"updated_since": "yesterday"}).status_code == 422
 

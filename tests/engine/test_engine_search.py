@@ -152,6 +152,24 @@ def test_a_listing_with_few_matches_finds_them_by_its_filter(app: flask.Flask, c
     assert plan_start(conn, statements, "SELECT d.id, d.title").startswith(first_step)
 
 
+@pytest.mark.sqlite_only
+def test_a_listing_by_tags_alone_is_counted_in_the_tags_index(app: flask.Flask, client: FlaskClient) -> None:
+    """Counting the documents of a tag most of a million documents hold took 265 ms through the documents,
+    50 ms in the tags' index; the total is the same."""
+    both = add_note(client, "tern", tags=["birds", "coast"])
+    add_note(client, "gull", tags=["birds"])
+    add_note(client, "crab", tags=["coast"])
+    store = engine_of(app).store
+    conn = store.db.connection()
+    for tags, expected in ((("birds",), 2), (("birds", "coast"), 1), (("coast", "birds", "coast"), 1)):
+        with traced(conn) as statements:
+            found, total = store.list_documents(DocumentFilter(tags=tags), 1, 0)
+        assert total == expected and len(found) == 1
+        assert plan_start(conn, statements, "SELECT COUNT(*)").startswith("SEARCH t USING COVERING INDEX")
+    found, total = store.list_documents(DocumentFilter(tags=("birds", "coast")), 10, 0)
+    assert [d["id"] for d in found] == [both["id"]] and total == 1
+
+
 def test_doc_type_filter(client: FlaskClient) -> None:
     add_note(client, "kestrel notes")
     job = wait_job(client, upload(client, "k.md", b"# Kestrel\n\nkestrel in markdown").json["id"])
