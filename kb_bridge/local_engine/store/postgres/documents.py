@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import NotFound
 from ..base import DocumentFilter, NewDocument, Original, text_sha256
+from ..tag_counts import count_tagged, tags_alone
 from .index_log import tags_of
 
 if TYPE_CHECKING:
@@ -69,7 +70,10 @@ def get_document_detail(conn: Any, doc_id: int) -> dict[str, object]:
 
 def list_documents(conn: Any, where: DocumentFilter, limit: int, offset: int) -> tuple[list[dict[str, object]], int]:
     clause, params = where_sql(where)
-    total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
+    if tags_alone(where):
+        total = count_tagged(conn, where.tags, "%s")
+    else:
+        total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
     rows = dicts(conn, f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} "
                        "ORDER BY d.updated_at DESC, d.id DESC LIMIT %s OFFSET %s", [*params, limit, offset])
     tags = tags_of(conn, [row["id"] for row in rows])
