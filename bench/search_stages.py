@@ -14,6 +14,7 @@ With --locomo it sends LoCoMo's questions instead, each restricted to its conver
     python bench/search_stages.py --data /tmp/scifact                       # top_n 100, hybrid
     python bench/search_stages.py --data /tmp/scifact --top-n 10 --mode vector
     python bench/search_stages.py --data /tmp/memory-1m --locomo --top-n 10  # memory's questions
+    python bench/search_stages.py --data DIR --locomo --top-n 10 --set KB_ENGINE_DATABASE_URL=URL   # on PostgreSQL
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, cast
 
-from common import SCIFACT, load_beir, percentile, progress, write_result
+from common import SCIFACT, engine_env, load_beir, percentile, progress, write_result
 from memory import DEFAULT_LOCOMO
 from memory import load as load_locomo
 from retrieval import load_qrels
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid")
     parser.add_argument("--locomo", type=Path, nargs="?", const=DEFAULT_LOCOMO,
                         help="ask LoCoMo's questions, each within its conversation (default folder: %(const)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
+                        help="engine environment variable, e.g. KB_ENGINE_DATABASE_URL=postgresql://... for a "
+                             "store on PostgreSQL (repeatable)")
     args = parser.parse_args(argv)
 
     from kb_bridge.local_engine.config import load_config
@@ -84,8 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         judged = load_qrels(args.corpus / "qrels" / "train.tsv")  # the claims bench/retrieval.py asks
         searches = [SearchRequest(text, args.top_n, mode=args.mode)
                     for query_id, text in queries.items() if query_id in judged][: args.queries]
-    engine = Engine(load_config({"KB_ENGINE_DATA": str(args.data), "KB_ENGINE_EMBEDDER": "minilm",
-                                 "KB_ENGINE_WAIT_FOR_MODEL": "1"}))
+    engine = Engine(load_config({"KB_ENGINE_DATA": str(args.data), **engine_env(args.set)}))
     engine.start()
     spent: dict[str, float] = {}
     per_search: dict[str, list[float]] = {}
