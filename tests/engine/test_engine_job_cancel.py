@@ -77,10 +77,9 @@ def test_a_queued_job_is_cancelled_and_stays_cancelled(held: tuple[FlaskClient, 
 
 
 def test_a_load_begun_while_the_worker_is_about_to_claim_holds_the_job(
-        app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_app: Callable[..., flask.Flask], monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker waits for a settled model, then claims. A load that begins between the two (the fixture
     above begins one on a running engine) still holds the job: the claim is made under the slot's lock."""
-    slot = engine_of(app).embedders
     arrived, release, back = threading.Event(), threading.Event(), threading.Event()
     lanes_to_claim = scheduling.lanes_to_claim
 
@@ -89,16 +88,19 @@ def test_a_load_begun_while_the_worker_is_about_to_claim_holds_the_job(
         assert release.wait(60), "the test never released the worker"
         return lanes_to_claim(*args)
 
+    monkeypatch.setattr(scheduling, "lanes_to_claim", between)
+    app = make_app()  # its worker's first round stops between its wait and its claim
+    slot = engine_of(app).embedders
+
     def wait(timeout: float | None = None) -> bool:
         if release.is_set():
-            back.set()  # the worker has decided about the job and is waiting again
+            back.set()  # the worker has decided and is waiting again
         return EmbedderSlot.wait(slot, timeout)
 
-    monkeypatch.setattr(scheduling, "lanes_to_claim", between)
     monkeypatch.setattr(slot, "wait", wait)
+    assert arrived.wait(60), "the worker never started"
     client = app.test_client()
-    job = client.post(f"{API}/jobs", json={"text": "hold me"}).json  # wakes the worker
-    assert arrived.wait(60), "the worker never woke"
+    job = client.post(f"{API}/jobs", json={"text": "hold me"}).json
     gate = threading.Event()
 
     def loading() -> Embedder:
