@@ -46,16 +46,22 @@ class GatedEmbedder:
         return future
 
 
-@pytest.fixture
-def held(app: flask.Flask) -> Iterator[tuple[FlaskClient, threading.Event]]:
-    """An engine whose queue holds until the returned event is set (then it serves full text only)."""
+def begin_held_load(slot: EmbedderSlot) -> threading.Event:
+    """Begin a load of the model that lasts until the returned event is set, then fails (full text only)."""
     gate = threading.Event()
 
     def loading() -> Embedder:
         gate.wait(60)
         raise RuntimeError("released by the test: full text only")
 
-    engine_of(app).embedders.load(loading, background=True)
+    slot.load(loading, background=True)
+    return gate
+
+
+@pytest.fixture
+def held(app: flask.Flask) -> Iterator[tuple[FlaskClient, threading.Event]]:
+    """An engine whose queue holds until the returned event is set (then it serves full text only)."""
+    gate = begin_held_load(engine_of(app).embedders)
     yield app.test_client(), gate
     gate.set()
 
@@ -101,13 +107,7 @@ def test_a_load_begun_while_the_worker_is_about_to_claim_holds_the_job(
     assert arrived.wait(60), "the worker never started"
     client = app.test_client()
     job = client.post(f"{API}/jobs", json={"text": "hold me"}).json
-    gate = threading.Event()
-
-    def loading() -> Embedder:
-        gate.wait(60)
-        raise RuntimeError("released by the test: full text only")
-
-    slot.load(loading, background=True)
+    gate = begin_held_load(slot)
     release.set()
     assert back.wait(60), "the worker never came back to wait for the model"
     assert client.get(f"{API}/jobs/{job['id']}").json["status"] == "queued"
