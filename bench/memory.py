@@ -2,7 +2,8 @@
 
 Not a test. LoCoMo (Maharana et al., ACL 2024) holds long conversations between two people with questions whose
 evidence is a set of turns; the data, its source and the protocol are described in its directory's README.md
-(default: ../shared/data/locomo beside the checkout, --locomo DIR). No LLM anywhere:
+(default: ../shared/data/locomo beside the checkout, --locomo DIR; the release's own locomo10.json, all ten
+conversations in one file, is read as well, its conversation "conv-26" named 26). No LLM anywhere:
 
 - every turn of every conversation becomes one note, `"<speaker> (<session date>): <text>"` plus
   `" [shares a photo: <caption>]"` when the turn shares one, tagged `collection:memory` and
@@ -19,6 +20,7 @@ evidence is a set of turns; the data, its source and the protocol are described 
     python bench/memory.py --data /tmp/locomo --keep        # keep the data directory ...
     python bench/memory.py --data /tmp/locomo --set KB_ENGINE_FUSION=rrf   # ... and ask again with other settings
     python bench/memory.py --json                           # the figures as JSON
+    python bench/memory.py --locomo locomo10.json --conversations 44,47,48,49,50   # the release's other five
     python bench/memory.py --data /tmp/memory-1m --keep     # beside other documents: a copy of a data
                                                             # directory of bench/search_scale.py's tiers
 """
@@ -65,8 +67,9 @@ class Question:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO,
-                        help="directory of LoCoMo conversations, one <name>.json each (default: %(default)s)")
-    parser.add_argument("--conversations", help="comma-separated conversation names (default: every .json there)")
+                        help="directory of LoCoMo conversations, one <name>.json each, or the release's locomo10.json "
+                             "(a file, or a directory holding it) (default: %(default)s)")
+    parser.add_argument("--conversations", help="comma-separated conversation names, e.g. 26,30 (default: every one there)")
     add_engine_options(parser, "the turns", "KB_ENGINE_FUSION=rrf")
     parser.add_argument("--mode", default="hybrid", choices=("hybrid", "fts", "vector"))
     parser.add_argument("--runs", type=Path, help="also write each question's ranked turns to this JSON file")
@@ -77,18 +80,42 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 # --- data -------------------------------------------------------------------------------------------
 
 
-def load(directory: Path, names: Sequence[str] | None) -> tuple[list[Turn], list[Question]]:
-    """The turns as notes and the answerable questions of the conversations in `directory`."""
-    paths = [directory / f"{name}.json" for name in names] if names else sorted(directory.glob("*.json"))
-    if not paths or not all(path.is_file() for path in paths):
-        raise SystemExit(f"no LoCoMo conversations at {directory}; pass --locomo DIR")
+def load(where: Path, names: Sequence[str] | None) -> tuple[list[Turn], list[Question]]:
+    """The turns as notes and the answerable questions of the conversations at `where`.
+
+    `where` is a directory of `<name>.json` files, one conversation each (the layout of shared/data/locomo), or
+    of the release's `locomo10.json`, or one such file itself. The release's file is a list of samples
+    `{"sample_id": "conv-26", "conversation": {...}, "qa": [...]}`; a sample is named by its id without the
+    `conv-` prefix, so conversation 26 has one name in either layout."""
+    paths = sorted(where.glob("*.json")) if where.is_dir() else [where] if where.is_file() else []
+    conversations: dict[str, Mapping[str, Any]] = {}
+    for path in paths:
+        conversations.update(conversations_in(path))
+    if names:
+        missing = [name for name in names if name not in conversations]
+        if missing:
+            raise SystemExit(f"no LoCoMo conversation {', '.join(missing)} at {where} "
+                             f"(there: {', '.join(conversations) or 'none'})")
+        conversations = {name: conversations[name] for name in names}
+    if not conversations:
+        raise SystemExit(f"no LoCoMo conversations at {where}; pass --locomo DIR")
     turns: list[Turn] = []
     questions: list[Question] = []
-    for path in paths:
-        conversation = json.loads(path.read_text(encoding="utf-8"))
-        turns.extend(conversation_turns(path.stem, conversation))
-        questions.extend(conversation_questions(path.stem, conversation))
+    for name, conversation in conversations.items():
+        turns.extend(conversation_turns(name, conversation))
+        questions.extend(conversation_questions(name, conversation))
     return turns, questions
+
+
+def conversations_in(path: Path) -> dict[str, Mapping[str, Any]]:
+    """The conversations one file holds, by name: itself, or each sample of the release's list."""
+    held = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(held, Mapping):
+        return {path.stem: held}
+    if isinstance(held, list) and all(isinstance(sample, Mapping) and "conversation" in sample for sample in held):
+        return {str(sample.get("sample_id", f"{path.stem}-{index}")).removeprefix("conv-"):
+                {**sample["conversation"], "qa": sample.get("qa", [])} for index, sample in enumerate(held)}
+    raise SystemExit(f"{path} holds neither a LoCoMo conversation nor the release's list of samples")
 
 
 def conversation_turns(name: str, conversation: Mapping[str, Any]) -> Iterator[Turn]:
