@@ -274,7 +274,8 @@ class PostgresStore(SqlReads, SqlWrites):
 
     def search_text(self, query: str, where: DocumentFilter, limit: int, filter_idf: bool = False,
                     terms: QueryTerms | None = None) -> Ranking:
-        self._follow()
+        if terms is None:  # given terms come from query_terms, which has just followed
+            self._follow()
         return super().search_text(query, where, limit, filter_idf, terms)
 
     def query_terms(self, query: str, where: DocumentFilter | None = None, filter_idf: bool = False) -> QueryTerms:

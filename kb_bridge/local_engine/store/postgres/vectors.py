@@ -29,9 +29,10 @@ def nearest(conn: Any, vector: np.ndarray, k: int, where: DocumentFilter | None,
         params.append(exclude_document)
     joins = " JOIN chunks c ON c.id = e.chunk_id JOIN documents d ON d.id = c.document_id" if clauses else ""
     where_clause = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-    # Filters prune the graph's candidates; iterative scans keep walking until k pass them.
-    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    # HNSW's breadth for this transaction, and, since filters prune the graph's candidates, iterative scans
+    # that keep walking until k pass them: both in one round trip.
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                 (str(int(ef_search)),))
     rows = conn.execute(
         "SELECT chunk_id, distance FROM (SELECT e.chunk_id, e.vector <=> %s::halfvec AS distance "
         f"FROM embeddings e{joins}{where_clause} ORDER BY distance LIMIT %s) s ORDER BY distance, chunk_id",
