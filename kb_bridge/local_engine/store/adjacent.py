@@ -1,8 +1,8 @@
 """Adjacent notes: for a chunk of a note kept in a collection, the chunks of the notes of the same collection
 submitted just before and just after it, up to `reach` notes on either side, each with its distance (1: next
 to it; search/context.py ranks with them). One statement for both SQL stores: they differ in the parameter
-mark (`?` or `%s`, which also tells the dialect: PostgreSQL takes a list of ids as one array) and in their own
-`where_sql` for the filter.
+mark (`?` or `%s`, which also tells the dialect: PostgreSQL takes a list of ids as one array and reads each
+neighbour's window behind a fence) and in their own `where_sql` for the filter.
 
 Order is the order of submission, the job id that created each note (`jobs.type = 'note'`), not the
 document id: the ingestion worker stores the documents of a batch in the order it finishes them, which is
@@ -48,10 +48,19 @@ def _names_a_collection(column: str, mark: str) -> str:
 def _neighbour_sql(mark: str, where: str, before: bool, distance: int) -> str:
     """The id of the `distance`-th nearest note submitted before (or after) job `a` that shares a collection
     with a's note (LIMIT with OFFSET: both SQLite and PostgreSQL, and no LATERAL, which SQLite lacks)."""
-    within, order = (f"j.id < a.id AND j.id >= a.id - {SPAN}", "DESC") if before else (
-        f"j.id > a.id AND j.id <= a.id + {SPAN}", "ASC")
-    return f"""(SELECT j.document_id FROM jobs j JOIN documents d ON d.id = j.document_id
-        WHERE j.type = 'note' AND {within} AND {where}
+    within, order = (f"id < a.id AND id >= a.id - {SPAN}", "DESC") if before else (
+        f"id > a.id AND id <= a.id + {SPAN}", "ASC")
+    # PostgreSQL: OFFSET 0 keeps the planner from folding the window into the join, so the window (at most
+    # SPAN rows of the jobs' primary key) is always read first; ordered inside the fence, so that the LIMIT
+    # stops at the first match. Without it, while the statistics did not know the search's tag yet (a memory
+    # stored beside a migrated corpus, before autovacuum's next ANALYZE) the tag looked rare and the planner
+    # read every note holding it for each anchor and side: 182 ms of a 202 ms search (docs/benchmarks.md,
+    # "Memory beside a million chunks of files"). SQLite's planner starts from the window.
+    fence = f" ORDER BY id {order} OFFSET 0" if mark == "%s" else ""
+    return f"""(SELECT j.document_id
+        FROM (SELECT id, document_id FROM jobs WHERE type = 'note' AND {within}{fence}) j
+        JOIN documents d ON d.id = j.document_id
+        WHERE {where}
           AND EXISTS (SELECT 1 FROM document_tags x JOIN document_tags y ON y.tag = x.tag
                       WHERE x.document_id = a.document_id AND y.document_id = j.document_id
                         AND {_names_a_collection("x.tag", mark)})
