@@ -147,6 +147,16 @@ class Recording:
         return self.conn.execute(sql, params)
 
 
+def copy_in_files(conn: psycopg.Connection) -> None:
+    """3,000 one-chunk files, written straight into the tables as `kb-bridge migrate` would: a corpus that a
+    memory is later stored beside."""
+    conn.execute("INSERT INTO documents (title, doc_type, size_bytes, sha256, created_at, updated_at) "
+                 "SELECT 'file ' || i, 'txt', 1, 'x', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z' "
+                 "FROM generate_series(1, 3000) AS i")
+    conn.execute("INSERT INTO chunks (document_id, chunk_index, title, text, text_sha256) "
+                 "SELECT id, 0, title, title, 'x' FROM documents WHERE doc_type = 'txt'")
+
+
 def test_on_postgresql_the_collection_lookup_starts_from_the_chunks_with_stale_statistics(
     make_app: Callable[..., flask.Flask], postgres_server: PostgresServer
 ) -> None:
@@ -157,11 +167,7 @@ def test_on_postgresql_the_collection_lookup_starts_from_the_chunks_with_stale_s
     client = make_app(database_url=url).test_client()
     add_note(client, "the schema is made", tags=["collection:diary"])
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO documents (title, doc_type, size_bytes, sha256, created_at, updated_at) "
-                      "SELECT 'file ' || i, 'txt', 1, 'x', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z' "
-                      "FROM generate_series(1, 3000) AS i")
-        conn.execute("INSERT INTO chunks (document_id, chunk_index, title, text, text_sha256) "
-                      "SELECT id, 0, title, title, 'x' FROM documents WHERE doc_type = 'txt'")
+        copy_in_files(conn)
         conn.execute("ANALYZE")
         notes = [int(add_note(client, f"note {i} of the diary", tags=["collection:diary"])["chunks"][0]["id"])
                  for i in range(40)]
@@ -185,9 +191,7 @@ def test_on_postgresql_the_neighbours_are_read_from_each_notes_window_with_stale
     client = make_app(database_url=url).test_client()
     add_note(client, "the schema is made", tags=["collection:diary"])
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO documents (title, doc_type, size_bytes, sha256, created_at, updated_at) "
-                     "SELECT 'file ' || i, 'txt', 1, 'x', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z' "
-                     "FROM generate_series(1, 3000) AS i")
+        copy_in_files(conn)
         conn.execute("INSERT INTO document_tags (document_id, tag) SELECT id, 'corpus' FROM documents "
                      "WHERE doc_type = 'txt'")
         conn.execute("TRUNCATE jobs CASCADE")  # as after `kb-bridge migrate`, which copies no job
