@@ -5,14 +5,24 @@ not inherit it, and a vector search's HNSW settings last for its own transaction
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
 from kb_bridge.local_engine.store.base import DocumentFilter
 from kb_bridge.local_engine.store.postgres import schema, vectors
 from kb_bridge.local_engine.store.postgres.db import Database
 from kb_bridge.testing.postgres import PostgresServer
+
+
+@pytest.fixture
+def db(postgres_server: PostgresServer) -> Iterator[Database]:
+    """The store's pool on a fresh database, with one connection: every block below reuses it."""
+    database = Database(postgres_server.new_database(), max_connections=1)
+    yield database
+    database.close()
 
 
 def transaction_mode(conn: Any) -> tuple[str, str]:
@@ -21,37 +31,31 @@ def transaction_mode(conn: Any) -> tuple[str, str]:
     return str(row[0]), str(row[1])
 
 
-def test_a_snapshot_is_read_only_repeatable_read_and_its_connection_goes_back_plain(
-        postgres_server: PostgresServer) -> None:
-    db = Database(postgres_server.new_database(), max_connections=1)  # one connection: every block reuses it
-    try:
-        with db.snapshot() as conn:
-            assert transaction_mode(conn) == ("repeatable read", "on")
-            used = conn
-        with db.connection() as conn, conn.transaction():
-            assert conn is used
-            assert transaction_mode(conn) == ("read committed", "off")
-            conn.execute("CREATE TABLE written (n int)")  # a read-only leftover would refuse this
-        with db.snapshot() as conn:
-            assert conn is used and transaction_mode(conn) == ("repeatable read", "on")
-    finally:
-        db.close()
+def hnsw_settings(conn: Any) -> tuple[str, str]:
+    row = conn.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')").fetchone()
+    return str(row[0]), str(row[1])
 
 
-def test_a_vector_search_sets_hnsw_for_its_own_transaction_only(postgres_server: PostgresServer) -> None:
-    db = Database(postgres_server.new_database(), max_connections=1)
-    try:
-        with db.connection() as conn:
-            schema.migrate(conn)
-        with db.write() as conn:
-            schema.vector_table(conn, 3)
-        with db.snapshot() as conn:
-            assert vectors.nearest(conn, np.array([1.0, 0.0, 0.0], dtype=np.float32), 5, DocumentFilter(), None,
-                                   None, 123) == []
-            assert conn.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
-                                ).fetchone() == ("123", "relaxed_order")
-        with db.snapshot() as conn:
-            assert conn.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
-                                ).fetchone() == ("40", "off")  # pgvector's defaults
-    finally:
-        db.close()
+def test_a_snapshot_is_read_only_repeatable_read_and_its_connection_goes_back_plain(db: Database) -> None:
+    with db.snapshot() as conn:
+        assert transaction_mode(conn) == ("repeatable read", "on")
+        used = conn
+    with db.connection() as conn, conn.transaction():
+        assert conn is used
+        assert transaction_mode(conn) == ("read committed", "off")
+        conn.execute("CREATE TABLE written (n int)")  # a read-only leftover would refuse this
+    with db.snapshot() as conn:
+        assert conn is used and transaction_mode(conn) == ("repeatable read", "on")
+
+
+def test_a_vector_search_sets_hnsw_for_its_own_transaction_only(db: Database) -> None:
+    with db.connection() as conn:
+        schema.migrate(conn)
+    with db.write() as conn:
+        schema.vector_table(conn, 3)
+    with db.snapshot() as conn:
+        assert vectors.nearest(conn, np.array([1.0, 0.0, 0.0], dtype=np.float32), 5, DocumentFilter(), None,
+                               None, 123) == []
+        assert hnsw_settings(conn) == ("123", "relaxed_order")
+    with db.snapshot() as conn:
+        assert hnsw_settings(conn) == ("40", "off")  # pgvector's defaults
