@@ -126,6 +126,8 @@ class McpSettings:
     otel: bool = False
     # Bearer token for /metrics; when unset, the MCP keys open it too (and nothing does without auth).
     metrics_token: Secret | None = None
+    # KB_MCP_TASK_KEY: a secret that signs task ids (tools/task_ids.py), for replicas that share no other one.
+    task_key: Secret | None = None
 
     @property
     def auth_enabled(self) -> bool:
@@ -185,8 +187,13 @@ class Settings:
 
     def secrets(self) -> list[str]:
         """Every secret this configuration holds, for redaction (kb_bridge/redaction.py)."""
-        keys = [self.engine.api_key, self.mcp.metrics_token, *self.mcp.api_keys]
+        keys = [self.engine.api_key, self.mcp.metrics_token, self.mcp.task_key, *self.mcp.api_keys]
         return [key.reveal() for key in keys if key is not None]
+
+    def shared_secrets(self) -> list[str]:
+        """What every host of one deployment holds and no caller knows: the secrets, and the digests of the
+        tokens file's tokens. Task ids are signed with them (tools/task_ids.py)."""
+        return [*self.secrets(), *(token.sha256.hex() for token in self.mcp.named_tokens)]
 
 
 # --- parsing helpers ----------------------------------------------------------------------
@@ -272,6 +279,12 @@ def _parse_api_keys(value: str) -> tuple[Secret, ...]:
     return keys
 
 
+def _parse_task_key(value: str) -> Secret:
+    if len(value) < 32:
+        raise ValueError("must be at least 32 characters (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+    return Secret(value)
+
+
 # --- the loader ---------------------------------------------------------------------------
 
 
@@ -320,6 +333,7 @@ def _load_mcp(env: _Env) -> McpSettings:
         metrics=env.flag("KB_METRICS", d.metrics),
         otel=env.flag("KB_OTEL", d.otel),
         metrics_token=env.secret("KB_METRICS_TOKEN"),
+        task_key=env.get("KB_MCP_TASK_KEY", None, _parse_task_key),
     )
 
 

@@ -48,6 +48,7 @@ def test_every_documented_variable_is_read() -> None:
         ({"KB_THREAD_POOL_SIZE": "-1"}, "KB_THREAD_POOL_SIZE"),
         ({"KB_MCP_READ_ONLY": "perhaps"}, "KB_MCP_READ_ONLY"),
         ({"KB_MCP_API_KEY": "short"}, "KB_MCP_API_KEY"),
+        ({"KB_MCP_TASK_KEY": "t" * 31}, "KB_MCP_TASK_KEY"),
         ({"KB_MCP_API_KEY": KEY, "KB_API_KEY": KEY}, "KB_MCP_API_KEY"),
         ({"KB_BIND": "nowhere"}, "KB_BIND"),
         ({"KB_LOG_LEVEL": "LOUD"}, "KB_LOG_LEVEL"),
@@ -63,8 +64,10 @@ def test_bad_values_name_the_variable(environ: dict[str, str], variable: str) ->
 
 
 def test_secrets_never_show_in_repr() -> None:
-    settings = load_settings({"KB_API_KEY": "engine-secret", "KB_MCP_API_KEY": KEY})
-    assert "engine-secret" not in repr(settings) and KEY not in repr(settings)
+    task_key = "task-key-" + "t" * 32
+    settings = load_settings({"KB_API_KEY": "engine-secret", "KB_MCP_API_KEY": KEY, "KB_MCP_TASK_KEY": task_key})
+    assert "engine-secret" not in repr(settings) and KEY not in repr(settings) and task_key not in repr(settings)
+    assert task_key in settings.secrets()  # so the logs redact it
     assert KEY not in str(settings.mcp.api_keys)
 
 

@@ -4,6 +4,7 @@ in both eras; the task follows the engine job, so its id is all any worker needs
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 from typing import Any
 
@@ -247,9 +248,60 @@ async def test_legacy_call_without_task_runs_as_before(legacy: Client, engine: r
 
 
 def test_ids_survive_another_bridge_with_the_same_configuration(tmp_path: Path) -> None:
-    one, other = make_settings(tmp_path), make_settings(tmp_path / "other")
+    from kb_bridge.credentials.secret import Secret
+
+    key = {"engine": {"api_key": Secret("engine-key-0123456789abcdef")}}
+    one, other = make_settings(tmp_path, **key), make_settings(tmp_path / "other", **key)
     ref = TaskRef("local", "kb_addnote", 3, {"job_id": 3}, "2026-01-01T00:00:00Z")
     assert decode(encode(ref, task_key(one)), task_key(other)) == ref
+
+
+def test_each_shared_secret_signs_ids_and_without_one_the_key_is_random(tmp_path: Path) -> None:
+    """The key comes from what no caller knows: with no secret configured it was once the engine URL's digest,
+    which anyone can compute (and so sign a task id naming any job); now it is random."""
+    import hashlib
+
+    from kb_bridge.credentials.named_tokens import NamedToken
+    from kb_bridge.credentials.secret import Secret
+    from kb_bridge.settings import McpSettings
+
+    bare = make_settings(tmp_path)
+    assert task_key(bare) != hashlib.sha256(f"kb-bridge task ids v1\0{bare.engine.url}".encode()).digest()
+    elsewhere = make_settings(tmp_path, engine={"url": "http://127.0.0.1:9"})
+    assert task_key(elsewhere) == task_key(bare)  # this process's own key: nothing of the configuration in it
+
+    def token(digest: bytes) -> NamedToken:
+        return NamedToken("ci", digest, frozenset({"kb:read"}), None)
+
+    by_file = [make_settings(tmp_path, mcp={"named_tokens": (token(b"a" * 32),)}) for _ in range(2)]
+    assert task_key(by_file[0]) == task_key(by_file[1])
+    assert task_key(by_file[0]) != task_key(make_settings(tmp_path, mcp={"named_tokens": (token(b"b" * 32),)}))
+    by_key = make_settings(tmp_path, mcp={"task_key": Secret("t" * 32)})
+    assert task_key(by_key) == task_key(make_settings(tmp_path, mcp={"task_key": Secret("t" * 32)}))
+    assert McpSettings().task_key is None
+
+
+def test_gunicorn_gives_its_workers_a_made_key_only_when_no_secret_is_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kb_bridge.serving.gunicorn import gunicorn_options
+    from kb_bridge.settings import load_settings
+
+    monkeypatch.delenv("KB_MCP_TASK_KEY", raising=False)
+    monkeypatch.setenv("KB_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("KB_METRICS", "false")
+    monkeypatch.setenv("KB_MCP_API_KEY", "bridge-key-0123456789abcdef")
+    gunicorn_options()
+    assert "KB_MCP_TASK_KEY" not in os.environ  # the key is derived from KB_MCP_API_KEY
+
+    monkeypatch.delenv("KB_MCP_API_KEY")
+    gunicorn_options()
+    made = os.environ["KB_MCP_TASK_KEY"]
+    worker = load_settings()  # what each worker reads after the fork
+    assert worker.mcp.task_key is not None and worker.mcp.task_key.reveal() == made
+    assert task_key(worker) == task_key(load_settings())
+    gunicorn_options()
+    assert os.environ["KB_MCP_TASK_KEY"] == made  # loading the configuration again keeps the server's key
 
 
 # --- who may read a task (tools/tasks.py, without MCP) ---------------------------------------------------
@@ -275,6 +327,13 @@ def test_a_task_is_unknown_to_another_principal_and_outside_a_limited_ones_reach
         tasks.read(context(Principal("alice", collections=frozenset({"documents"}))), ref)
     with pytest.raises(tasks.UnknownTask):
         tasks.cancel(context(Principal("bob")), ref)
+    # One OAuth subject's tokens own tasks by their reach: a read-only token neither reads nor cancels the task.
+    writer = Principal("carol", scopes=frozenset({"kb:read", "kb:write"}), kind="oauth")
+    theirs = TaskRef(writer.owner, "kb_addnote", 8, {"job_id": 8, "status": "queued"}, "2026-01-01T00:00:00Z")
+    assert tasks.read(context(writer), theirs).status == tasks.WORKING
+    for act in (tasks.read, tasks.cancel):
+        with pytest.raises(tasks.UnknownTask):
+            act(context(Principal("carol", scopes=frozenset({"kb:read"}), kind="oauth")), theirs)
     assert not calls_to(engine, "DELETE", "/jobs/8")
 
 

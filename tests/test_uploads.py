@@ -406,3 +406,54 @@ async def test_a_repeated_finish_returns_the_jobs_current_status(client: Client,
     assert first.structured_content["status"] == "queued"
     assert second.structured_content == {**first.structured_content, "status": "done"}
     assert len(calls_to(engine, "POST", "/jobs")) == 1
+
+
+# --- whose upload it is: an OAuth subject's tokens own by their reach, and finish checks it again ----------
+
+
+def _as(bridge: Bridge, principal: Any) -> Any:
+    from kb_bridge.tools.spec import ToolContext
+
+    return ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=principal)
+
+
+def test_an_oauth_subjects_tokens_own_uploads_by_what_they_may_reach(tmp_path: Path, engine: responses.RequestsMock) -> None:
+    """One person, two clients: a token for collections a and b, and one limited to a (README, "Authorization").
+    The narrow one neither sees, fills nor finishes the wide one's upload into b (it would write into b)."""
+    from kb_bridge.auth.principal import Principal
+    from kb_bridge.errors import NotFound
+    from kb_bridge.tools.registry import call
+
+    bridge = Bridge(make_settings(tmp_path))
+    wide = Principal("alice", collections=frozenset({"a", "b"}), kind="oauth")
+    narrow = Principal("alice", collections=frozenset({"a"}), kind="oauth")
+    assert wide.owner != narrow.owner
+    assert Principal("alice", collections=frozenset({"b", "a"}), kind="oauth").owner == wide.owner  # its next token
+    assert Principal("alice", scopes=frozenset({"kb:read"}), collections=wide.collections, kind="oauth").owner != wide.owner
+
+    upload_id = call(_as(bridge, wide), "kb_upload_start", {"filename": "f.txt", "total_size": 3, "collection": "b"})["upload_id"]
+    assert call(_as(bridge, narrow), "kb_upload_status", {})["uploads"] == []
+    for name, arguments in (("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": 0, "data": b64(b"abc")}),
+                            ("kb_upload_finish", {"upload_id": upload_id}), ("kb_upload_status", {"upload_id": upload_id})):
+        with pytest.raises(NotFound):
+            call(_as(bridge, narrow), name, arguments)
+    assert not calls_to(engine, "POST", "/jobs")
+    assert [u["upload_id"] for u in call(_as(bridge, wide), "kb_upload_status", {})["uploads"]] == [upload_id]
+
+
+def test_finish_refuses_a_collection_the_token_no_longer_reaches(tmp_path: Path, engine: responses.RequestsMock) -> None:
+    """A tokens-file entry keeps its name (its owner) when its collections change; the staged upload outlives the
+    restart that reads the file again, and finishing it must not write where the token may no longer write."""
+    from kb_bridge.auth.principal import Principal
+    from kb_bridge.errors import Forbidden
+    from kb_bridge.tools.registry import call
+
+    bridge = Bridge(make_settings(tmp_path))
+    before = Principal("ci", collections=frozenset({"a", "b"}), kind="token")
+    after = Principal("ci", collections=frozenset({"a"}), kind="token")
+    upload_id = call(_as(bridge, before), "kb_upload_start", {"filename": "f.txt", "total_size": 3, "collection": "b"})["upload_id"]
+    call(_as(bridge, before), "kb_upload_chunk", {"upload_id": upload_id, "chunk_index": 0, "data": b64(b"abc")})
+    with pytest.raises(Forbidden, match="'b' is not one of them"):
+        call(_as(bridge, after), "kb_upload_finish", {"upload_id": upload_id})
+    assert not calls_to(engine, "POST", "/jobs")
+    assert call(_as(bridge, after), "kb_upload_status", {"upload_id": upload_id})["received_bytes"] == 3  # still staged

@@ -3,12 +3,13 @@ to handlers explicitly (never read from a global).
 
 A principal has a name that is safe to log (a static token's caller id; later a token's configured
 name or an OAuth subject), the scopes it holds, and the collections it is limited to (None: all).
-Its `owner` names what it owns in shared stores (uploads): a short, path-safe id derived from the name.
+Its `owner` names what it owns in shared stores (uploads, tasks): a short, path-safe id.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,11 +39,19 @@ class Principal:
 
     @property
     def owner(self) -> str:
-        """The id that owns uploads: the name itself when it is path-safe, else a digest of it. An
-        OAuth subject is namespaced by kind, so it never shares uploads with a static token's name."""
+        """The id that owns uploads and tasks. A static credential (the bridge's key, a tokens-file entry) is
+        one configured entry, owned by its name when that is path-safe. An OAuth subject may hold several
+        tokens with different scopes and collections (one per client: README, "Authorization"), so it owns
+        by subject and authority together: a token limited to one collection never finishes, reads or
+        cancels what a wider token of the same subject started. Namespaced by kind, an OAuth owner never
+        equals a static token's."""
         if self.kind != "oauth" and _SAFE_OWNER.fullmatch(self.name):
             return self.name
-        return hashlib.sha256(f"{self.kind}:{self.name}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        identity = self.name
+        if self.kind == "oauth":
+            collections = None if self.collections is None else sorted(self.collections)
+            identity = json.dumps([self.name, sorted(self.scopes), collections])
+        return hashlib.sha256(f"{self.kind}:{identity}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
     @property
     def display_name(self) -> str:

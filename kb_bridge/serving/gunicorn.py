@@ -9,6 +9,7 @@ function. Every value says why it is what it is.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from typing import Any
@@ -37,6 +38,12 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
     # this master (stale files from an earlier run would add old counts), set before any worker starts.
     if settings.mcp.metrics and not os.environ.get(MULTIPROC_ENV):
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
+
+    # Task ids are signed with the deployment's secrets; with none configured, with a key made here, in the
+    # master before any worker starts, so every worker of this server checks the ids the others made
+    # (tools/task_ids.py). Replicas of such a deployment need KB_MCP_TASK_KEY set alike.
+    if not settings.shared_secrets():
+        os.environ.setdefault("KB_MCP_TASK_KEY", secrets.token_urlsafe(32))
 
     def on_starting(_server: Any) -> None:
         configure_logging(server.log_level, server.log_json, settings.secrets())

@@ -2,22 +2,28 @@
 answers tasks/get, tasks/result and tasks/cancel for a task another one created.
 
 An id is the task's reference (whose it is, which tool, the engine job, the result known when it was made)
-as base64url JSON, a dot, and an HMAC-SHA256 of that text. The key is derived from the configuration every
-worker and host shares (the engine URL and every secret: settings.secrets()), so each of them checks an id
-the others made, and a caller can neither forge one nor edit one (another job id, another principal). An id
-names its principal (`owner`, the same per-credential id uploads use), and a task is answered only to that
-principal; the job is still checked against the caller's collections (tools/reach.py job_visible) on every
-read. Without any secret configured the key is guessable, but such a bridge lets anyone act as the one
-anonymous principal anyway, and the collection check still holds.
+as base64url JSON, a dot, and an HMAC-SHA256 of that text. The key is derived from the secrets every worker and
+host of one deployment shares (`KB_API_KEY`, `KB_MCP_API_KEY`, `KB_METRICS_TOKEN`, `KB_MCP_TASK_KEY`, the
+digests of `KB_MCP_TOKENS_FILE`'s tokens) and the engine URL, so each of them checks an id the others made,
+and a caller can neither forge one nor edit one (another job id, another principal). An id names its
+principal (`owner`, the same per-credential id uploads use), and a task is answered only to that principal;
+the job is still checked against the caller's collections (tools/reach.py job_visible) on every read.
+
+A configuration with none of those secrets (OAuth alone in front of a keyless engine, or no auth) has nothing
+a caller cannot know: it signs with a random key instead, made once per server (serving/gunicorn.py puts it in
+`KB_MCP_TASK_KEY` before the workers start, so they share it) or once per process (stdio, in process). Replicas of such a
+deployment then need `KB_MCP_TASK_KEY` to answer each other's tasks (README, "Configuration").
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +43,18 @@ class TaskRef:
 
 
 def task_key(settings: Settings) -> bytes:
-    material = "\0".join(["kb-bridge task ids v1", settings.engine.url, *sorted(settings.secrets())])
+    """The key ids are signed with: from the deployment's shared secrets, or random when it has none."""
+    shared = settings.shared_secrets()
+    if not shared:
+        return _process_key()
+    material = "\0".join(["kb-bridge task ids v1", settings.engine.url, *sorted(shared)])
     return hashlib.sha256(material.encode("utf-8", "surrogateescape")).digest()
+
+
+@functools.cache
+def _process_key() -> bytes:
+    """A random key, made once per process when first needed (every server built in it shares it)."""
+    return secrets.token_bytes(32)
 
 
 def encode(ref: TaskRef, key: bytes) -> str:

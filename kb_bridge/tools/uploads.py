@@ -234,6 +234,9 @@ def _send(ctx: ToolContext, upload_id: str, onto: float | None) -> Result:
     with ctx.uploads.finishing(upload_id, owner) as upload:
         if upload.result is not None:
             return _as_it_stands(ctx, upload.result)  # finishing twice is harmless: same job, no new document
+        # Checked again where the bytes go to the engine: the token's collections may have changed in the
+        # tokens file since kb_upload_start (a restart reads it again; the staged upload outlives it).
+        reach.require_writable(ctx.principal, upload.collection)
         count = _complete_chunk_count(ctx.uploads.progress(upload.upload_id, owner), upload.total_size)
         digest = _sha256(ctx, upload, count)
         if upload.sha256 is not None and digest != upload.sha256:

@@ -7,6 +7,7 @@ TypeScript SDK client (2025-11-25 experimental tasks); waiting calls send progre
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +22,7 @@ import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from kb_bridge.testing.processes import REPO, Service, start_bridge, wait_until
+from kb_bridge.testing.processes import REPO, Service, free_port, start_bridge, wait_until
 from kb_bridge.testing.processes import require
 from kb_bridge.testing.held_engine import HeldEngine
 from kb_bridge.testing.tasks_client import TasksExtension, create_task, task_request, until_ended
@@ -212,13 +213,19 @@ def queued(held: HeldEngine) -> list[dict[str, Any]]:
     return list(response.json()["jobs"])
 
 
-def post(url: str, method: str, params: dict[str, Any], name: str | None) -> dict[str, Any]:
-    """One raw 2026-07-28 request declaring the tasks extension, with its routing headers."""
+def post(url: str, method: str, params: dict[str, Any], name: str | None, token: str | None = TOKEN,
+         request_id: str | None = None) -> dict[str, Any]:
+    """One raw 2026-07-28 request declaring the tasks extension, with its routing headers (no Authorization
+    without a `token`; `request_id` names the request in the bridge's log)."""
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "kb-tests", "version": "1"},
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-               "Authorization": f"Bearer {TOKEN}", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if request_id is not None:
+        headers["X-Request-Id"] = request_id
     if name is not None:
         headers["Mcp-Name"] = name
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
@@ -235,3 +242,43 @@ def test_routing_headers_name_the_task(bridges: tuple[Service, Service]) -> None
     assert post(other.url, "tasks/get", {"taskId": task_id}, None)["result"]["taskId"] == task_id
     mismatched = post(other.url, "tasks/get", {"taskId": task_id}, "another-task")
     assert mismatched["error"]["code"] == -32020
+
+
+def test_without_any_secret_a_servers_workers_share_a_key_no_caller_knows(tmp_path: Path) -> None:
+    """A bridge with no auth in front of a keyless engine holds no secret to sign task ids with. The ids were
+    once signed with a key derived from the engine's URL alone, which any caller can compute; now gunicorn's
+    master makes a random key before its workers start, so both workers answer a task either of them made,
+    and an id signed with the URL's key is unknown."""
+    from kb_bridge.testing.processes import start_engine
+    from kb_bridge.tools.task_ids import TaskRef, encode
+
+    engine = start_engine(tmp_path, tmp_path / "data")
+    try:
+        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url}, workers=2)
+        try:
+            created = post(bridge.url, "tools/call", {"name": "kb_addnote", "arguments": {"text": "Gannets dive."}},
+                           "kb_addnote", token=None)
+            task_id = created["result"]["taskId"]
+            answered_by: set[int] = set()
+
+            def both_workers_answered() -> bool:
+                rid = f"task-read-{len(answered_by)}-{free_port()}"
+                got = post(bridge.url, "tasks/get", {"taskId": task_id}, task_id, token=None, request_id=rid)
+                assert got.get("result", {}).get("taskId") == task_id, got  # never "unknown task" on either worker
+                answered_by.update(entry["pid"] for entry in log_entries(bridge) if entry.get("request_id") == rid)
+                return len(answered_by) == 2
+
+            wait_until(both_workers_answered, timeout=60, what="tasks/get answered by both workers")
+
+            guessable = hashlib.sha256(f"kb-bridge task ids v1\0{engine.url}".encode()).digest()
+            forged = encode(TaskRef("anonymous", "kb_addnote", job_of(task_id), {}, "2026-01-01T00:00:00Z"), guessable)
+            refused = post(bridge.url, "tasks/get", {"taskId": forged}, forged, token=None)
+            assert refused["error"]["code"] == -32602 and "unknown task" in refused["error"]["message"].lower()
+        finally:
+            bridge.stop()
+    finally:
+        engine.stop()
+
+
+def log_entries(service: Service) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in service.log_path.read_text().splitlines() if line.startswith("{")]
