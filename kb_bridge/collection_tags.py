@@ -34,6 +34,18 @@ def is_collection_tag(tag: str) -> bool:
     return tag.startswith(PREFIX)
 
 
+TAG_MAX_LENGTH = 200
+TAG_PATTERN = r"^[^\x00-\x1f\x7f]*$"  # no control characters
+_TAG_RE = re.compile(TAG_PATTERN)
+
+
+def check_tag(tag: str, field: str = "tag") -> str:
+    """A tag as the tools' schemas take it (tools/arguments.py TAG): 1-200 characters, no control characters."""
+    if not 1 <= len(tag) <= TAG_MAX_LENGTH or not _TAG_RE.fullmatch(tag):
+        raise InvalidArgument(field, f"a tag must be 1-{TAG_MAX_LENGTH} characters without control characters")
+    return tag
+
+
 def check_user_tags(tags: Iterable[str], field: str = "tags") -> list[str]:
     """Tags an agent passes may not smuggle in a second collection."""
     result: list[str] = []

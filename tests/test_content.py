@@ -54,11 +54,26 @@ async def test_read_collection_and_tag_listings(client: Client, engine: response
 
 
 @pytest.mark.parametrize("uri", ["kb://document/abc", "kb://nothing/1", "http://x/document/1", "kb://document/0",
-                                 "kb://[x/1", "kb://document/1?x=1", "kb://chunk/" + "9" * 30, "", "not a uri"])
+                                 "kb://[x/1", "kb://document/1?x=1", "kb://chunk/" + "9" * 30, "", "not a uri",
+                                 "kb://tag/" + "t" * 201, "kb://tag/a%0D%0Ab", "kb://tag/a%00"])
 async def test_bad_resource_uris_are_invalid_params(client: Client, uri: str) -> None:
     with pytest.raises(MCPError) as caught:
         await client.read_resource(uri)
     assert caught.value.error.code == -32602 and caught.value.error.data["uri"] == uri  # SEP-2164
+
+
+async def test_a_caller_without_the_right_is_an_invalid_request_not_an_internal_error() -> None:
+    """Over HTTP the door answers 403 first; any other way in meets readable_by, whose FORBIDDEN is the caller's
+    fault: JSON-RPC's invalid request with the code in its data, not the server's internal error."""
+    from kb_bridge.errors import Forbidden
+    from kb_bridge.protocol.content import _translated
+
+    async def refused() -> None:
+        raise Forbidden("this token lacks the kb:read scope")
+
+    with pytest.raises(MCPError) as caught:
+        await _translated(refused, "kb://document/1")
+    assert caught.value.error.code == -32600 and caught.value.error.data["code"] == "FORBIDDEN"
 
 
 async def test_missing_document_resource_is_not_found(client: Client, engine: responses.RequestsMock) -> None:

@@ -102,6 +102,7 @@ def read(engine: EngineClient, principal: Principal, uri: str) -> str:
     if kind == "collection":
         collection_tags.check_name(value, field="uri")
         return listing(engine, principal, f"Collection {value}", value, ())
+    collection_tags.check_tag(value, field="uri")
     if collection_tags.is_collection_tag(value):
         raise InvalidArgument("uri", "use kb://collection/{name} for collections")
     return listing(engine, principal, f"Tag {value}", None, (value,))

@@ -30,8 +30,9 @@ RESOURCE_NOT_FOUND = -32002
 
 async def _translated(work: Callable[[], Awaitable[T]], uri: str | None = None) -> T:
     """Errors → a JSON-RPC error, once: a malformed request is INVALID_PARAMS, an unknown resource
-    RESOURCE_NOT_FOUND (either naming the `uri` asked for in its data, as SEP-2164 asks), any other KbError
-    INTERNAL_ERROR with our message; a bug is logged and answered INTERNAL_ERROR without detail (never an
+    RESOURCE_NOT_FOUND (either naming the `uri` asked for in its data, as SEP-2164 asks), a caller without
+    the right INVALID_REQUEST (its data's code FORBIDDEN: the caller's fault, not the server's), any other
+    KbError INTERNAL_ERROR with our message; a bug is logged and answered INTERNAL_ERROR without detail (never an
     exception's own text)."""
     try:
         return await work()
@@ -39,6 +40,8 @@ async def _translated(work: Callable[[], Awaitable[T]], uri: str | None = None) 
         raise MCPError(code=types.INVALID_PARAMS, message=exc.message, data=_with_uri(exc, uri)) from None
     except NotFound as exc:
         raise MCPError(code=RESOURCE_NOT_FOUND, message=exc.message, data=_with_uri(exc, uri)) from None
+    except Forbidden as exc:
+        raise MCPError(code=types.INVALID_REQUEST, message=exc.message, data=exc.to_dict()) from None
     except KbError as exc:
         raise MCPError(code=types.INTERNAL_ERROR, message=exc.message, data=exc.to_dict()) from None
     except MCPError:

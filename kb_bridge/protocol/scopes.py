@@ -29,10 +29,10 @@ class ScopeRules:
 
     def needed(self, body: bytes) -> list[tuple[str, str]]:
         """(scope, what needs it) for each message of the body; an unparseable body needs nothing here
-        (the transport answers it with a parse error)."""
+        (the transport answers it with a parse error), nor one nested deeper than Python's parser goes."""
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         messages = data if isinstance(data, list) else [data]
         needed = []

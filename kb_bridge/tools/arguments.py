@@ -24,8 +24,9 @@ from typing import Any, Generic, TypeVar
 from kb_bridge import collection_tags
 from kb_bridge.tools.validation import ArgumentValidator
 
-# Printable text without control characters (tags, titles, paths end up in headers and logs).
-_NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+# Printable text without control characters (tags, titles, paths end up in headers and logs): the rule of
+# tags, which the bridge also checks outside the tools (collection_tags.check_tag).
+_NO_CONTROL = collection_tags.TAG_PATTERN
 
 _DOC_TYPE_PATTERN = r"^[a-z0-9]+$"
 SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
@@ -40,7 +41,7 @@ PATTERN_RULES = {
 
 QUERY = {"type": "string", "minLength": 1, "maxLength": 4000}
 TOP = {"type": "integer", "minimum": 1, "maximum": 50}
-TAG = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_CONTROL}
+TAG = {"type": "string", "minLength": 1, "maxLength": collection_tags.TAG_MAX_LENGTH, "pattern": _NO_CONTROL}
 TAGS = {"type": "array", "maxItems": 20, "items": TAG}
 COLLECTION = {"type": "string", "maxLength": 64, "pattern": collection_tags.NAME_PATTERN}
 DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": _DOC_TYPE_PATTERN}

@@ -33,7 +33,7 @@ from kb_bridge.testing.mcp_client import call, connect, error_of
 from kb_bridge.testing.ts_client import Step, run as run_ts, tool as ts_tool
 
 from kb_bridge.testing.console import ConsoleClient
-from kb_bridge.testing.mcp_http import MODERN_META, modern_call
+from kb_bridge.testing.mcp_http import MODERN_META, error_code, modern_call
 from kb_bridge.testing.oauth_server import AuthServer, new_key, self_signed_certificate
 from kb_bridge.testing.processes import REPO, Service, clean_env, free_port, start_bridge, wait_until
 from kb_bridge.testing.standin import StandInEngine
@@ -369,6 +369,52 @@ async def test_collection_limits_on_the_write_tools(setup: Setup, engine: Servic
         updated = await call(client, "kb_update_note", {"document_id": added["document_id"], "text": f"{MARKER} scratch 2"})
         assert updated["version"] == 2
         assert (await call(client, "kb_delete", {"document_id": added["document_id"]}))["deleted"] is True
+
+
+def test_one_subjects_narrower_token_neither_finishes_nor_reads_what_a_wider_one_started(setup: Setup, engine: Service) -> None:
+    """One person, two clients (README, "Hardcoded claim on a client"): a token for MEM and NOTES, and one limited
+    to MEM, or holding only kb:read. Uploads and tasks are owned by the subject with its reach: the narrow token
+    could otherwise finish the wide one's upload into NOTES, writing its own bytes where it may not write, and
+    the read-only one could cancel the wide one's task."""
+    sub, own, other_one = f"two-clients-{SUFFIX}", f"authz-two-a-{SUFFIX}", f"authz-two-b-{SUFFIX}"  # no other test's
+    wide = setup.jwt(sub=sub, scope="kb:read kb:write", kb_collections=[own, other_one])
+    narrow = setup.jwt(sub=sub, scope="kb:read kb:write", kb_collections=[own])
+    reader = setup.jwt(sub=sub, scope="kb:read", kb_collections=[own, other_one])
+    jobs_before = job_count(engine)
+
+    started = modern_call(setup.bridge.url, wide, "kb_upload_start", {"filename": "planted.txt", "total_size": 5, "collection": other_one})
+    upload_id = started["result"]["structuredContent"]["upload_id"]  # type: ignore[index]
+    listed = modern_call(setup.bridge.url, narrow, "kb_upload_status", {})
+    assert listed["result"]["structuredContent"]["uploads"] == []  # type: ignore[index]
+    chunk = {"upload_id": upload_id, "chunk_index": 0, "data": base64.b64encode(b"plant").decode()}
+    for tool, arguments in (("kb_upload_chunk", chunk), ("kb_upload_finish", {"upload_id": upload_id})):
+        assert error_code(modern_call(setup.bridge.url, narrow, tool, arguments)) == "NOT_FOUND"
+    assert job_count(engine) == jobs_before
+
+    tasks_meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+    made = post(setup, wide, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "kb_addnote", "arguments": {"text": "a task of two clients", "collection": own}, "_meta": tasks_meta}}).json()
+    task_id = made["result"]["taskId"]
+    for method in ("tasks/get", "tasks/cancel"):
+        body = {"jsonrpc": "2.0", "id": 2, "method": method, "params": {"taskId": task_id, "_meta": tasks_meta}}
+        headers = {"Mcp-Name": task_id}
+        for other in (narrow, reader):
+            answer = requests.post(setup.bridge.url + "/mcp", json=body, timeout=30, headers={
+                "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Authorization": f"Bearer {other}", **headers}).json()
+            assert answer["error"]["code"] == -32602, (method, answer)
+    assert error_code(modern_call(setup.bridge.url, wide, "kb_upload_cancel", {"upload_id": upload_id})) is None
+
+
+def test_a_body_nested_deeper_than_the_parser_goes_is_a_parse_error_for_every_token(setup: Setup) -> None:
+    """The scope door reads the body of a token without every scope before the SDK does; Python's parser gives up
+    on deep nesting with RecursionError, which once escaped the door as HTTP 500."""
+    deep = b"[" * 200_000 + b"]" * 200_000
+    for token in (ADMIN, setup.reader, setup.jwt(sub=f"deep-{SUFFIX}", scope="kb:read")):
+        answer = requests.post(setup.bridge.url + "/mcp", data=deep, timeout=30, headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28", "Authorization": f"Bearer {token}"})
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == -32700, (answer.status_code, answer.text[:200])
 
 
 # --- static tokens, logs -----------------------------------------------------------------------
