@@ -195,6 +195,12 @@ class Settings:
         tokens file's tokens. Task ids are signed with them (tools/task_ids.py)."""
         return [*self.secrets(), *(token.sha256.hex() for token in self.mcp.named_tokens)]
 
+    @property
+    def shares_no_secret(self) -> bool:
+        """Callers of different reach (auth on) and no secret every host holds: OAuth alone in front of a keyless
+        engine. Task ids are then signed with a key the server makes (tools/task_ids.py, serving/gunicorn.py)."""
+        return self.mcp.auth_enabled and not self.shared_secrets()
+
 
 # --- parsing helpers ----------------------------------------------------------------------
 

@@ -256,32 +256,36 @@ def test_ids_survive_another_bridge_with_the_same_configuration(tmp_path: Path) 
     assert decode(encode(ref, task_key(one)), task_key(other)) == ref
 
 
-def test_each_shared_secret_signs_ids_and_without_one_the_key_is_random(tmp_path: Path) -> None:
-    """The key comes from what no caller knows: with no secret configured it was once the engine URL's digest,
-    which anyone can compute (and so sign a task id naming any job); now it is random."""
+def test_each_shared_secret_signs_ids_and_oauth_without_one_signs_with_a_made_key(tmp_path: Path) -> None:
+    """The key comes from what no caller knows. OAuth in front of a keyless engine once signed with the engine
+    URL's digest, which anyone can compute (and so sign a task id naming any job); now with a random key. Without
+    auth the URL's key stays: every caller is the one anonymous principal, and any host answers any task."""
     import hashlib
 
     from kb_bridge.credentials.named_tokens import NamedToken
     from kb_bridge.credentials.secret import Secret
-    from kb_bridge.settings import McpSettings
+    from kb_bridge.settings import OAuthSettings
 
     bare = make_settings(tmp_path)
-    assert task_key(bare) != hashlib.sha256(f"kb-bridge task ids v1\0{bare.engine.url}".encode()).digest()
-    elsewhere = make_settings(tmp_path, engine={"url": "http://127.0.0.1:9"})
-    assert task_key(elsewhere) == task_key(bare)  # this process's own key: nothing of the configuration in it
+    assert task_key(bare) == hashlib.sha256(f"kb-bridge task ids v1\0{bare.engine.url}".encode()).digest()
+    oauth = {"oauth": OAuthSettings(issuer="https://issuer.example", public_url="https://kb.example")}
+    alone = make_settings(tmp_path, mcp=oauth)
+    assert alone.shares_no_secret and task_key(alone) != task_key(bare)
+    elsewhere = make_settings(tmp_path, mcp=oauth, engine={"url": "http://127.0.0.1:9"})
+    assert task_key(elsewhere) == task_key(alone)  # this process's own key: nothing of the configuration in it
+    assert not make_settings(tmp_path, mcp=oauth, engine={"api_key": Secret("engine-key-0123456789abcdef")}).shares_no_secret
 
     def token(digest: bytes) -> NamedToken:
         return NamedToken("ci", digest, frozenset({"kb:read"}), None)
 
     by_file = [make_settings(tmp_path, mcp={"named_tokens": (token(b"a" * 32),)}) for _ in range(2)]
-    assert task_key(by_file[0]) == task_key(by_file[1])
+    assert task_key(by_file[0]) == task_key(by_file[1]) != task_key(bare)
     assert task_key(by_file[0]) != task_key(make_settings(tmp_path, mcp={"named_tokens": (token(b"b" * 32),)}))
-    by_key = make_settings(tmp_path, mcp={"task_key": Secret("t" * 32)})
-    assert task_key(by_key) == task_key(make_settings(tmp_path, mcp={"task_key": Secret("t" * 32)}))
-    assert McpSettings().task_key is None
+    by_key = make_settings(tmp_path, mcp={**oauth, "task_key": Secret("t" * 32)})
+    assert task_key(by_key) == task_key(make_settings(tmp_path, mcp={**oauth, "task_key": Secret("t" * 32)}))
 
 
-def test_gunicorn_gives_its_workers_a_made_key_only_when_no_secret_is_configured(
+def test_gunicorn_gives_its_workers_a_made_key_only_for_oauth_without_a_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from kb_bridge.serving.gunicorn import gunicorn_options
@@ -290,16 +294,20 @@ def test_gunicorn_gives_its_workers_a_made_key_only_when_no_secret_is_configured
     monkeypatch.delenv("KB_MCP_TASK_KEY", raising=False)
     monkeypatch.setenv("KB_UPLOAD_DIR", str(tmp_path / "uploads"))
     monkeypatch.setenv("KB_METRICS", "false")
-    monkeypatch.setenv("KB_MCP_API_KEY", "bridge-key-0123456789abcdef")
     gunicorn_options()
-    assert "KB_MCP_TASK_KEY" not in os.environ  # the key is derived from KB_MCP_API_KEY
+    assert "KB_MCP_TASK_KEY" not in os.environ  # no auth: the URL's key
+    monkeypatch.setenv("KB_OAUTH_ISSUER", "https://issuer.example")
+    monkeypatch.setenv("KB_PUBLIC_URL", "https://kb.example")
+    monkeypatch.setenv("KB_API_KEY", "engine-key-0123456789abcdef")
+    gunicorn_options()
+    assert "KB_MCP_TASK_KEY" not in os.environ  # the key is derived from KB_API_KEY
 
-    monkeypatch.delenv("KB_MCP_API_KEY")
+    monkeypatch.delenv("KB_API_KEY")
     gunicorn_options()
     made = os.environ["KB_MCP_TASK_KEY"]
     worker = load_settings()  # what each worker reads after the fork
     assert worker.mcp.task_key is not None and worker.mcp.task_key.reveal() == made
-    assert task_key(worker) == task_key(load_settings())
+    assert task_key(worker) == task_key(load_settings()) != task_key(make_settings(tmp_path))
     gunicorn_options()
     assert os.environ["KB_MCP_TASK_KEY"] == made  # loading the configuration again keeps the server's key
 

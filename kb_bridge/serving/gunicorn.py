@@ -39,10 +39,10 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
     if settings.mcp.metrics and not os.environ.get(MULTIPROC_ENV):
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
 
-    # Task ids are signed with the deployment's secrets; with none configured, with a key made here, in the
-    # master before any worker starts, so every worker of this server checks the ids the others made
-    # (tools/task_ids.py). Replicas of such a deployment need KB_MCP_TASK_KEY set alike.
-    if not settings.shared_secrets():
+    # Task ids are signed with the deployment's secrets; OAuth alone in front of a keyless engine has none, so
+    # they are signed with a key made here, in the master before any worker starts, so that every worker of
+    # this server checks the ids the others made (tools/task_ids.py). Its replicas need KB_MCP_TASK_KEY alike.
+    if settings.shares_no_secret:
         os.environ.setdefault("KB_MCP_TASK_KEY", secrets.token_urlsafe(32))
 
     def on_starting(_server: Any) -> None:

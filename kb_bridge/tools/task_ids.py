@@ -9,10 +9,12 @@ and a caller can neither forge one nor edit one (another job id, another princip
 principal (`owner`, the same per-credential id uploads use), and a task is answered only to that principal;
 the job is still checked against the caller's collections (tools/reach.py job_visible) on every read.
 
-A configuration with none of those secrets (OAuth alone in front of a keyless engine, or no auth) has nothing
-a caller cannot know: it signs with a random key instead, made once per server (serving/gunicorn.py puts it in
-`KB_MCP_TASK_KEY` before the workers start, so they share it) or once per process (stdio, in process). Replicas of such a
-deployment then need `KB_MCP_TASK_KEY` to answer each other's tasks (README, "Configuration").
+Two configurations hold none of those secrets. Without auth every caller is the one anonymous principal with
+every right, so an id anyone could sign gives nothing a caller could not do itself: the key is derived from the
+engine URL, and every worker and host still answers every task. OAuth in front of a keyless engine has callers
+of different reach and nothing they cannot know: it signs with a random key, made once per server
+(serving/gunicorn.py puts it in `KB_MCP_TASK_KEY` before the workers start, so they share it) or once per
+process; its replicas need the same `KB_MCP_TASK_KEY` to answer each other's tasks (README, "Configuration").
 """
 
 from __future__ import annotations
@@ -43,11 +45,10 @@ class TaskRef:
 
 
 def task_key(settings: Settings) -> bytes:
-    """The key ids are signed with: from the deployment's shared secrets, or random when it has none."""
-    shared = settings.shared_secrets()
-    if not shared:
+    """The key ids are signed with (the module's docstring says why each)."""
+    if settings.shares_no_secret:
         return _process_key()
-    material = "\0".join(["kb-bridge task ids v1", settings.engine.url, *sorted(shared)])
+    material = "\0".join(["kb-bridge task ids v1", settings.engine.url, *sorted(settings.shared_secrets())])
     return hashlib.sha256(material.encode("utf-8", "surrogateescape")).digest()
 
 

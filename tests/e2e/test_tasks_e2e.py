@@ -72,10 +72,15 @@ def engine_job(held: HeldEngine, job_id: int) -> dict[str, Any]:
     return dict(response.json())
 
 
-def job_of(task_id: str) -> int:
-    """The engine job a task id carries (the id is readable; only its signature is secret)."""
+def reference(task_id: str) -> dict[str, Any]:
+    """What a task id carries (the id is readable; only its signature is secret)."""
     body = task_id.partition(".")[0]
-    return int(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["j"])
+    return dict(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))))
+
+
+def job_of(task_id: str) -> int:
+    """The engine job a task id carries."""
+    return int(reference(task_id)["j"])
 
 
 async def test_python_client_tasks_across_two_bridges(held: HeldEngine, bridges: tuple[Service, Service]) -> None:
@@ -244,26 +249,32 @@ def test_routing_headers_name_the_task(bridges: tuple[Service, Service]) -> None
     assert mismatched["error"]["code"] == -32020
 
 
-def test_without_any_secret_a_servers_workers_share_a_key_no_caller_knows(tmp_path: Path) -> None:
-    """A bridge with no auth in front of a keyless engine holds no secret to sign task ids with. The ids were
-    once signed with a key derived from the engine's URL alone, which any caller can compute; now gunicorn's
-    master makes a random key before its workers start, so both workers answer a task either of them made,
-    and an id signed with the URL's key is unknown."""
+def test_oauth_without_any_secret_signs_with_a_key_its_workers_share_and_no_caller_knows(tmp_path: Path) -> None:
+    """OAuth in front of a keyless engine holds no secret to sign task ids with. They were once signed with a key
+    derived from the engine's URL alone, which any caller can compute, so a token could sign an id naming any job;
+    now gunicorn's master makes a random key before its workers start: both workers answer a task either of them
+    made, and an id signed with the URL's key is unknown."""
+    from kb_bridge.testing.oauth_server import AuthServer
     from kb_bridge.testing.processes import start_engine
     from kb_bridge.tools.task_ids import TaskRef, encode
 
     engine = start_engine(tmp_path, tmp_path / "data")
+    port = free_port()
+    public = f"http://127.0.0.1:{port}"
+    auth = AuthServer(audience=public + "/mcp").start()
     try:
-        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url}, workers=2)
+        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_OAUTH_ISSUER": auth.issuer,
+                                         "KB_PUBLIC_URL": public}, workers=2, port=port)
         try:
+            token = auth.token(sub="task-maker")
             created = post(bridge.url, "tools/call", {"name": "kb_addnote", "arguments": {"text": "Gannets dive."}},
-                           "kb_addnote", token=None)
+                           "kb_addnote", token=token)
             task_id = created["result"]["taskId"]
             answered_by: set[int] = set()
 
             def both_workers_answered() -> bool:
                 rid = f"task-read-{len(answered_by)}-{free_port()}"
-                got = post(bridge.url, "tasks/get", {"taskId": task_id}, task_id, token=None, request_id=rid)
+                got = post(bridge.url, "tasks/get", {"taskId": task_id}, task_id, token=token, request_id=rid)
                 assert got.get("result", {}).get("taskId") == task_id, got  # never "unknown task" on either worker
                 answered_by.update(entry["pid"] for entry in log_entries(bridge) if entry.get("request_id") == rid)
                 return len(answered_by) == 2
@@ -271,12 +282,13 @@ def test_without_any_secret_a_servers_workers_share_a_key_no_caller_knows(tmp_pa
             wait_until(both_workers_answered, timeout=60, what="tasks/get answered by both workers")
 
             guessable = hashlib.sha256(f"kb-bridge task ids v1\0{engine.url}".encode()).digest()
-            forged = encode(TaskRef("anonymous", "kb_addnote", job_of(task_id), {}, "2026-01-01T00:00:00Z"), guessable)
-            refused = post(bridge.url, "tasks/get", {"taskId": forged}, forged, token=None)
+            forged = encode(TaskRef(reference(task_id)["o"], "kb_addnote", job_of(task_id), {}, "2026-01-01T00:00:00Z"), guessable)
+            refused = post(bridge.url, "tasks/get", {"taskId": forged}, forged, token=token)
             assert refused["error"]["code"] == -32602 and "unknown task" in refused["error"]["message"].lower()
         finally:
             bridge.stop()
     finally:
+        auth.stop()
         engine.stop()
 
 
