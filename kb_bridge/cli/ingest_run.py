@@ -2,10 +2,14 @@
 each is indexed), then what they replace and what --prune removes; `outcomes` says what happened and
 `entries` what the state file should remember (ingest_state.py).
 
-- every upload carries an Idempotency-Key made of the source_path and the content's SHA-256, so a rerun
-  after Ctrl-C or a lost connection gets the job already queued instead of a second document;
-- a changed file's old document is deleted only once the new version is indexed (search never finds
-  neither);
+- every upload carries an Idempotency-Key made of the source_path, the content's SHA-256 and the documents
+  it replaces, so a rerun after Ctrl-C or a lost connection gets the job already queued instead of a second
+  document, while content that returns to an earlier version (edit A -> B -> A) is a new attempt with a new
+  key. The engine answers a key with its job for 24 h: a job that comes back over (its document deleted or
+  moved since, as --prune does) belongs to an earlier attempt, and the file is uploaded again under a key
+  that names that job (the same chain on every rerun, so a retry still finds its own job);
+- a changed file's old document is deleted only once the new version is indexed and found at its
+  source_path (search never finds neither);
 - a move is one PATCH /documents/{id} (docs/engine-api.md); an engine without it gets the file uploaded
   anew and the old document deleted.
 """
@@ -19,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from kb_bridge import collection_tags
 from kb_bridge.cli.ingest_plan import Plan, Step, Stored
@@ -70,6 +74,17 @@ def _blocks(path: Path) -> Iterator[bytes]:
     with _open(path) as handle:
         while block := handle.read(BLOCK):
             yield block
+
+
+def _idempotency_key(step: Step, after: int | None) -> str:
+    """The same for every try of one attempt (a rerun after Ctrl-C finds its job), new for a new attempt: the
+    documents an attempt replaces are the ones the previous attempt stored, and `after` is the earlier attempt's
+    job the engine answered for the key without it. Without either it is the key older kb-bridges sent, so a run
+    they left unfinished is still continued, not duplicated."""
+    parts = [step.source_path, str(step.sha256), *(str(document_id) for document_id in sorted(step.replaces))]
+    if after is not None:
+        parts.append(f"after job {after}")
+    return IDEMPOTENCY_PREFIX + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 # --- the run -------------------------------------------------------------------------------------------------
@@ -150,16 +165,33 @@ class Ingestion:
             sent[0] = total_sent
 
         body = file_job_body(candidate.path.name, candidate.size, lambda: _blocks(candidate.path), fields, progress)
-        key = IDEMPOTENCY_PREFIX + hashlib.sha256(f"{candidate.source_path}\n{sha256}".encode()).hexdigest()
-        try:
-            job = self._client.upload_file_job(body, key)
-        except (EngineUnavailable, EngineAuthFailed):
-            raise  # nothing else will get through either
-        except KbError as exc:
-            self._progress.advance(candidate.size - sent[0])
-            self._record(step, "failed", reason=exc.message)
-            return
+        after: int | None = None
+        while True:
+            try:
+                job = self._client.upload_file_job(body, _idempotency_key(step, after))
+            except (EngineUnavailable, EngineAuthFailed):
+                raise  # nothing else will get through either
+            except KbError as exc:
+                self._progress.advance(candidate.size - sent[0])
+                self._record(step, "failed", reason=exc.message)
+                return
+            if not self._over(step, job):
+                break
+            after = int(job["id"])  # an earlier attempt's job, whose document is gone: a new attempt
         self._pending.append(_Pending(step, int(job["id"])))
+
+    def _over(self, step: Step, job: dict[str, Any]) -> bool:
+        """Whether the engine answered an earlier attempt's job that cannot stand for this one: done, but its
+        document no longer holds the file where it belongs."""
+        return job["status"] == "done" and not self._holds(step, job.get("document_id"))
+
+    def _holds(self, step: Step, document_id: int | None) -> bool:
+        """Whether document `document_id` is (still) in the collection at the step's source_path (a file's
+        content never changes in place: a new version is a new document)."""
+        if document_id is None:
+            return False
+        page = self._client.list_documents([("tag", self._collection_tag), ("source_path", step.source_path)])
+        return any(int(document["id"]) == int(document_id) for document in page.get("documents") or [])
 
     def _settle(self, pending: _Pending) -> bool:
         """Record the job's outcome if it has one; False while it is still queued or running."""
@@ -170,6 +202,10 @@ class Ingestion:
         step = pending.step
         if job["status"] == "failed":
             self._record(step, "failed", reason=str(job.get("error") or "the engine could not index it"))
+        elif not self._holds(step, job.get("document_id")):
+            # Deleted or moved by someone since it was indexed: what it replaces stays, and a rerun uploads again.
+            self._record(step, "failed", reason=f"its document {job.get('document_id')} was deleted or moved before "
+                                                "the run could record it; run again")
         else:
             self._delete(step.replaces)
             if step.document is not None:  # a move the engine could not make: the old document goes

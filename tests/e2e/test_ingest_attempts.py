@@ -1,0 +1,108 @@
+"""`kb-bridge ingest` when the engine answers an upload with an earlier attempt's job (its Idempotency-Key
+replays a job for 24 h): content that returns to an earlier version, a pruned file restored, a job cancelled
+while the run waits. A real CLI process against a real local engine (full-text only: nothing here needs the
+model).
+
+Each test loads into a collection of its own and keeps its state file in its own temporary folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine
+
+KEY = "ingest-attempts-key-0123456789abcdef"
+DEADLINE = 120  # seconds: a run that outlives it is stuck, not slow
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    tmp = tmp_path_factory.mktemp("ingest-attempts-engine")
+    service = start_engine(tmp, tmp / "data", env={"KB_API_KEY": KEY, "KB_ENGINE_EMBEDDER": "none"})
+    yield service
+    service.stop()
+
+
+def ingest_argv(tmp: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "kb_bridge", "ingest", *args, "--state", str(tmp / "state.json"), "--json"]
+
+
+def ingest_json(url: str, tmp: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = subprocess.run(ingest_argv(tmp, *args), env=_env(url), cwd=REPO, capture_output=True, text=True,
+                            timeout=DEADLINE)
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def _env(url: str) -> dict[str, str]:
+    return clean_env({"KB_ENGINE_URL": url, "KB_API_KEY": KEY, "KB_ENGINE_RETRIES": "2"})
+
+
+def api(url: str, method: str, path: str, **options: Any) -> Any:
+    response = requests.request(method, f"{url}/api/v1{path}", headers={"Authorization": f"Bearer {KEY}"},
+                                timeout=30, **options)
+    response.raise_for_status()
+    return response.json()
+
+
+def documents(url: str, collection: str) -> list[dict[str, Any]]:
+    return list(api(url, "GET", "/documents", params={"tag": f"collection:{collection}", "limit": 500})["documents"])
+
+
+def fts(url: str, query: str, collection: str) -> list[dict[str, Any]]:
+    return list(api(url, "POST", "/search", json={"query": query, "mode": "fts",
+                                                    "tags": [f"collection:{collection}"]})["results"])
+
+
+def test_content_back_to_an_earlier_version_is_stored_again(engine: Service, tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    first = "The avocet sweeps its upturned bill through the shallows."
+    (folder / "bird.md").write_text(first)
+    assert ingest_json(engine.url, tmp_path, str(folder), "--collection", "aba")[1]["added"] == 1
+    (folder / "bird.md").write_text("The bittern booms from the reed bed.")
+    assert ingest_json(engine.url, tmp_path, str(folder), "--collection", "aba")[1]["updated"] == 1
+
+    (folder / "bird.md").write_text(first)  # back to the first version (git stash; git stash pop)
+    code, report = ingest_json(engine.url, tmp_path, str(folder), "--collection", "aba")
+    assert code == 0 and report["updated"] == 1, report
+    stored = documents(engine.url, "aba")
+    assert [(doc["source_path"], doc["sha256"]) for doc in stored] == \
+        [("notes/bird.md", hashlib.sha256(first.encode()).hexdigest())], stored
+    assert "avocet" in api(engine.url, "GET", f"/documents/{stored[0]['id']}")["content"]
+    assert [hit["document_id"] for hit in fts(engine.url, "avocet", "aba")] == [stored[0]["id"]]
+    assert not fts(engine.url, "bittern", "aba")
+
+    code, report = ingest_json(engine.url, tmp_path, str(folder), "--collection", "aba")
+    assert code == 0 and report["skipped"] == 1, report
+    assert [doc["id"] for doc in documents(engine.url, "aba")] == [stored[0]["id"]]
+
+
+def test_a_pruned_file_restored_is_stored_again(engine: Service, tmp_path: Path) -> None:
+    folder = tmp_path / "field"
+    folder.mkdir()
+    text = "The wryneck turns its head like a snake."
+    (folder / "wryneck.md").write_text(text)
+    (folder / "other.md").write_text("The hoopoe raises its crest.")
+    assert ingest_json(engine.url, tmp_path, str(folder), "--collection", "restored")[1]["added"] == 2
+
+    (folder / "wryneck.md").unlink()
+    code, report = ingest_json(engine.url, tmp_path, str(folder), "--collection", "restored", "--prune")
+    assert code == 0 and report["removed"] == 1, report
+    (folder / "wryneck.md").write_text(text)  # restored, the same bytes
+    code, report = ingest_json(engine.url, tmp_path, str(folder), "--collection", "restored", "--prune")
+    assert code == 0 and report["added"] == 1, report
+    stored = {doc["source_path"]: doc for doc in documents(engine.url, "restored")}
+    assert set(stored) == {"field/wryneck.md", "field/other.md"}, stored
+    assert "wryneck" in api(engine.url, "GET", f"/documents/{stored['field/wryneck.md']['id']}")["content"]
+    assert fts(engine.url, "wryneck", "restored")
