@@ -14,8 +14,9 @@ Symbolic links are followed only inside the paths given; the others are skipped 
 summary (ingest_files.py says which and why).
 Progress goes to stderr (progress.py: a bar on a terminal, a line every few seconds otherwise); the summary to
 stdout, also after Ctrl-C or a lost engine. The exit code is 0 when every file was added, updated, moved or
-skipped, 1 when any failed, 2 on a usage or configuration error, 130 after Ctrl-C (exits.py); --watch ends
-with 0 on Ctrl-C or SIGTERM, its normal way to stop.
+skipped, 1 when any failed or had its job cancelled (tasks/cancel, the console) while the run waited, 2 on a
+usage or configuration error, 130 after Ctrl-C (exits.py); --watch ends with 0 on Ctrl-C or SIGTERM, its
+normal way to stop.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.settings import Settings
 
-STATUSES = ("added", "updated", "skipped", "failed", "moved", "removed")
+STATUSES = ("added", "updated", "skipped", "failed", "moved", "removed", "cancelled")
 
 
 def add_arguments(commands: Any) -> None:
@@ -53,10 +54,11 @@ def add_arguments(commands: Any) -> None:
                     "(~/handbook -> handbook/...), for several their path below the deepest folder holding "
                     "them all, or --prefix. Symbolic links are followed only when they point inside the paths "
                     "given; others are skipped and reported.",
-        epilog="Exit status: 0 all files added, updated, moved or skipped; 1 a file failed or the engine was "
-               "unreachable; 2 a usage or configuration error (a missing PATH, two files with one source_path, "
-               "a prefix holding another folder's documents); 130 interrupted (Ctrl-C); --watch: 0 when "
-               "stopped with Ctrl-C or SIGTERM. Example: kb-bridge ingest ~/notes --prune --watch")
+        epilog="Exit status: 0 all files added, updated, moved or skipped; 1 a file failed or its job was "
+               "cancelled, or the engine was unreachable; 2 a usage or configuration error (a missing PATH, two "
+               "files with one source_path, a prefix holding another folder's documents); 130 interrupted "
+               "(Ctrl-C); --watch: 0 when stopped with Ctrl-C or SIGTERM. Example: kb-bridge ingest ~/notes "
+               "--prune --watch")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files and folders to load")
     parser.add_argument("--collection", default=collection_tags.DEFAULT, metavar="NAME",
                         help=f"the collection to load into (default: {collection_tags.DEFAULT})")
@@ -107,7 +109,7 @@ def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     finally:  # what was done is reported also when Ctrl-C or a lost engine stopped the run (exits.py says which)
         client.close()
         report = _report(args, outcomes, found, plan)
-    return FAILED if report["failed"] else OK
+    return FAILED if report["failed"] or report["cancelled"] else OK  # either way, not everything is stored
 
 
 # --- the report ----------------------------------------------------------------------------------------------
@@ -119,6 +121,7 @@ def summary(outcomes: Sequence[Outcome], ignored: Sequence[str], interrupted: in
     report: dict[str, Any] = {
         **counts,
         "failures": [{"source_path": o.source_path, "reason": o.reason} for o in outcomes if o.status == "failed"],
+        "cancellations": [o.source_path for o in outcomes if o.status == "cancelled"],
         "moves": [{"from": o.moved_from, "to": o.source_path} for o in outcomes if o.status == "moved"],
         "stale": [step.source_path for step in plan.of("stale")] if plan is not None else [],
         "unsupported": list(ignored),
@@ -153,9 +156,12 @@ def print_summary(report: dict[str, Any], stream: TextIO) -> None:
               "nothing was changed", file=stream)
     else:
         print(f"added {report['added']}, updated {report['updated']}, skipped {report['skipped']} (unchanged), "
-              f"failed {report['failed']}, moved {report['moved']}, removed {report['removed']}", file=stream)
+              f"failed {report['failed']}, moved {report['moved']}, removed {report['removed']}"
+              + (f", cancelled {report['cancelled']}" if report["cancelled"] else ""), file=stream)
     for failure in report["failures"]:
         print(f"  failed: {failure['source_path']}: {failure['reason']}", file=stream)
+    for source_path in report["cancellations"]:
+        print(f"  cancelled: {source_path}: its job was cancelled; run again to load it", file=stream)
     if report["stale"]:
         print(f"  {len(report['stale'])} document(s) whose file is gone are kept (--prune removes them)", file=stream)
     if report["unsupported"]:

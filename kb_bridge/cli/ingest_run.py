@@ -5,9 +5,11 @@ each is indexed), then what they replace and what --prune removes; `outcomes` sa
 - every upload carries an Idempotency-Key made of the source_path, the content's SHA-256 and the documents
   it replaces, so a rerun after Ctrl-C or a lost connection gets the job already queued instead of a second
   document, while content that returns to an earlier version (edit A -> B -> A) is a new attempt with a new
-  key. The engine answers a key with its job for 24 h: a job that comes back over (its document deleted or
-  moved since, as --prune does) belongs to an earlier attempt, and the file is uploaded again under a key
-  that names that job (the same chain on every rerun, so a retry still finds its own job);
+  key. The engine answers a key with its job for 24 h: a job that comes back over (cancelled, or its
+  document deleted or moved since, as --prune does) belongs to an earlier attempt, and the file is uploaded
+  again under a key that names that job (the same chain on every rerun, so a retry still finds its own job);
+- a job cancelled while the run waits (the bridge's tasks/cancel, the console) is final: the file is reported
+  `cancelled`, and the next run uploads it again;
 - a changed file's old document is deleted only once the new version is indexed and found at its
   source_path (search never finds neither);
 - a move is one PATCH /documents/{id} (docs/engine-api.md); an engine without it gets the file uploaded
@@ -36,13 +38,14 @@ from kb_bridge.uploads.multipart import file_job_body
 BLOCK = 1024 * 1024
 POLL_SECONDS = 0.1
 IDEMPOTENCY_PREFIX = "kb-ingest-"
+FINAL = ("done", "failed", "cancelled")  # a job's status never changes after these (docs/engine-api.md)
 DONE = {"add": "added", "update": "updated", "move": "moved", "skip": "skipped", "remove": "removed"}
 
 
 @dataclasses.dataclass
 class Outcome:
     source_path: str
-    status: str  # added | updated | moved | skipped | removed | failed
+    status: str  # added | updated | moved | skipped | removed | failed | cancelled
     document_id: int | None = None
     reason: str | None = None
     moved_from: str | None = None
@@ -181,8 +184,10 @@ class Ingestion:
         self._pending.append(_Pending(step, int(job["id"])))
 
     def _over(self, step: Step, job: dict[str, Any]) -> bool:
-        """Whether the engine answered an earlier attempt's job that cannot stand for this one: done, but its
-        document no longer holds the file where it belongs."""
+        """Whether the engine answered an earlier attempt's job that cannot stand for this one: cancelled (a
+        new upload is never answered so), or done but its document no longer holds the file where it belongs."""
+        if job["status"] == "cancelled":
+            return True
         return job["status"] == "done" and not self._holds(step, job.get("document_id"))
 
     def _holds(self, step: Step, document_id: int | None) -> bool:
@@ -196,12 +201,14 @@ class Ingestion:
     def _settle(self, pending: _Pending) -> bool:
         """Record the job's outcome if it has one; False while it is still queued or running."""
         job = self._client.get_job(pending.job_id)
-        if job["status"] not in ("done", "failed"):
+        if job["status"] not in FINAL:
             return False
         self._pending.popleft()
         step = pending.step
         if job["status"] == "failed":
             self._record(step, "failed", reason=str(job.get("error") or "the engine could not index it"))
+        elif job["status"] == "cancelled":  # taken back from the queue by someone: nothing to delete or remember
+            self._record(step, "cancelled", reason="its job was cancelled; the next run uploads it again")
         elif not self._holds(step, job.get("document_id")):
             # Deleted or moved by someone since it was indexed: what it replaces stays, and a rerun uploads again.
             self._record(step, "failed", reason=f"its document {job.get('document_id')} was deleted or moved before "

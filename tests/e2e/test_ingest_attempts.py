@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 import requests
 
-from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine
+from kb_bridge.testing.held_engine import HeldEngine
+from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine, wait_until
 
 KEY = "ingest-attempts-key-0123456789abcdef"
-DEADLINE = 120  # seconds: a run that outlives it is stuck, not slow
+DEADLINE = 60  # seconds: a run that outlives it is stuck, not slow
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,44 @@ def test_a_pruned_file_restored_is_stored_again(engine: Service, tmp_path: Path)
     assert set(stored) == {"field/wryneck.md", "field/other.md"}, stored
     assert "wryneck" in api(engine.url, "GET", f"/documents/{stored['field/wryneck.md']['id']}")["content"]
     assert fts(engine.url, "wryneck", "restored")
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[HeldEngine]:
+    engine = HeldEngine(tmp_path / "held-data", KEY)
+    yield engine
+    engine.stop()
+
+
+def test_a_job_cancelled_while_the_run_waits_is_reported_and_a_rerun_stores_the_file(held: HeldEngine,
+                                                                                       tmp_path: Path) -> None:
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    (folder / "kept.md").write_text("The dotterel rests on the high fell.")
+    (folder / "cancelled.md").write_text("The shorelark winters on the coast.")
+    gate = held.hold()  # no job leaves the queue: the run uploads both files, then waits
+    process = subprocess.Popen(ingest_argv(tmp_path, str(folder), "--collection", "cancels"), env=_env(held.url),
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def queued() -> dict[str, int]:
+            jobs = api(held.url, "GET", "/jobs", params={"status": "queued"})["jobs"]
+            return {job["filename"]: job["id"] for job in jobs}
+
+        wait_until(lambda: set(queued()) == {"kept.md", "cancelled.md"}, DEADLINE, what="both uploads queued")
+        assert api(held.url, "DELETE", f"/jobs/{queued()['cancelled.md']}")["status"] == "cancelled"
+        gate.set()
+        out, err = process.communicate(timeout=DEADLINE)  # polling a cancelled job for ever never gets here
+    finally:
+        gate.set()
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    report = json.loads(out)
+    assert process.returncode == 1 and (report["added"], report["cancelled"]) == (1, 1), (report, err)
+    assert report["cancellations"] == ["queue/cancelled.md"], report
+    assert [doc["source_path"] for doc in documents(held.url, "cancels")] == ["queue/kept.md"]
+
+    code, report = ingest_json(held.url, tmp_path, str(folder), "--collection", "cancels")
+    assert code == 0 and (report["added"], report["skipped"], report["cancelled"]) == (1, 1, 0), report
+    assert {doc["source_path"] for doc in documents(held.url, "cancels")} == {"queue/kept.md", "queue/cancelled.md"}
+    assert fts(held.url, "shorelark", "cancels")
