@@ -4,8 +4,10 @@ happen: an engine too old to count tags per collection, a job's words and times,
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 import responses
 from flask.testing import FlaskClient
 
@@ -24,6 +26,13 @@ def signed_in(bridge: Bridge) -> FlaskClient:
     assert pre is not None
     assert client.post("/ui/sign-in", data={"csrf_token": pre.value, "token": ""}).status_code == 302
     return client
+
+
+def csrf_of(client: FlaskClient) -> str:
+    """The session's CSRF token, from the sign-out form every page carries (an error page needs no engine)."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/ui/jobs?page=x").get_data(as_text=True))
+    assert found is not None
+    return found.group(1)
 
 
 def test_the_tags_page_refuses_an_engine_that_cannot_count_within_a_collection(
@@ -81,4 +90,23 @@ def test_the_job_filter_and_page_reach_the_engine_and_bad_values_are_refused(
     calls = len(engine.calls)
     for query in ("status=stuck", "page=0", "page=x"):
         assert client.get(f"/ui/jobs?{query}", headers=JSON).status_code == 400, query
+    assert len(engine.calls) == calls  # refused before the engine is asked
+
+
+# "²".isdigit() is true yet int() refuses it, and int() refuses more than 4300 digits: each was a 500.
+@pytest.mark.parametrize("number", ["²", "0" * 5000 + "1", "9" * 5000, "9" * 40, "0", "-1", ""])
+def test_a_number_field_that_is_no_plain_number_is_refused_on_the_error_page(
+    bridge: Bridge, engine: responses.RequestsMock, number: str,
+) -> None:
+    client = signed_in(bridge)
+    csrf = csrf_of(client)
+    calls = len(engine.calls)
+    asked = [client.get("/ui/jobs", query_string={"page": number}),
+             client.post("/ui/documents/42", data={"csrf_token": csrf, "text": "x", "version": number}),
+             client.post("/ui/documents/42/details", data={"csrf_token": csrf, "title": "t", "version": number}),
+             client.post("/ui/documents/42/versions/1", data={"csrf_token": csrf, "current": number})]
+    for answer in asked:
+        assert answer.status_code == 400, answer.request.path
+        assert "<h1>Refused</h1>" in answer.get_data(as_text=True)
+        assert answer.headers["Content-Security-Policy"].startswith("default-src 'self'")
     assert len(engine.calls) == calls  # refused before the engine is asked

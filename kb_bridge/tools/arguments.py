@@ -46,6 +46,9 @@ TAGS = {"type": "array", "maxItems": 20, "items": TAG}
 COLLECTION = {"type": "string", "maxLength": 64, "pattern": collection_tags.NAME_PATTERN}
 DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": _DOC_TYPE_PATTERN}
 DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": 2**53}
+# A note's version number: the engine counts versions in 32 bits (PostgreSQL INTEGER) and refuses a version
+# path beyond this, so no larger one can be asked for or expected.
+VERSION = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
 NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}
 TITLE = {"type": "string", "minLength": 1, "maxLength": 500, "pattern": _NO_CONTROL}
 SOURCE_PATH = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": _NO_CONTROL}

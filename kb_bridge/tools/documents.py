@@ -15,7 +15,7 @@ from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 class GetArguments:
     document_id: int | None = a.field(a.DOCUMENT_ID, default=None)
     source_path: str | None = a.field(a.SOURCE_PATH, default=None)
-    version: int | None = a.field({"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, default=None)
+    version: int | None = a.field(a.VERSION, default=None)
 
 
 GET_OUTPUT = shapes.result({"documents": {"type": "array", "items": shapes.VERSIONED_DOCUMENT}})

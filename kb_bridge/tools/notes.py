@@ -47,7 +47,7 @@ class UpdateNoteArguments:
     title: str | None = a.field(a.TITLE, default=None)
     collection: str | None = a.field(a.COLLECTION, default=None)
     tags: tuple[str, ...] | None = a.field(a.TAGS, default=None, description="replaces the note's own tags")
-    expected_version: int | None = a.field({"type": "integer", "minimum": 1}, default=None)
+    expected_version: int | None = a.field(a.VERSION, default=None)
 
 
 def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:

@@ -3,12 +3,12 @@ it was loaded), delete it after a confirmation."""
 
 from __future__ import annotations
 
-from flask import abort, redirect, render_template, request, url_for
+from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from kb_bridge.errors import Conflict
 from kb_bridge.web.console.choices import collection_choices
-from kb_bridge.web.console.state import blueprint, call, require, usable
+from kb_bridge.web.console.state import LOST_VERSION, blueprint, call, require, usable, whole_number
 from kb_bridge.web.console.writing import MEMORY
 
 
@@ -26,11 +26,9 @@ def document(document_id: int) -> ResponseReturnValue:
 def save(document_id: int) -> ResponseReturnValue:
     require("kb_update_note")
     text = request.form.get("text", "")
-    version = request.form.get("version", "")
-    if not version.isdigit():
-        abort(400, "the form lost the version it loaded; reload the page")
+    version = whole_number(request.form.get("version", ""), LOST_VERSION)
     try:
-        call("kb_update_note", {"document_id": document_id, "text": text, "expected_version": int(version)})
+        call("kb_update_note", {"document_id": document_id, "text": text, "expected_version": version})
     except Conflict as exc:
         if exc.code != "CONFLICT":
             raise
@@ -38,7 +36,7 @@ def save(document_id: int) -> ResponseReturnValue:
         conflict = (f"This note changed since you loaded it (it is now version {current['version']}). "
                     "Nothing was overwritten; your text is kept below. Copy it, reload the note, and apply your change again.")
         return render_template("document.html", title=current["title"] or f"Document {document_id}", doc=current,
-                               text=text, version=int(version), conflict=conflict, saved=None), 409
+                               text=text, version=version, conflict=conflict, saved=None), 409
     return redirect(url_for("console.document", document_id=document_id, saved="1"))
 
 

@@ -4,11 +4,11 @@ current (a note changed meanwhile is refused, nothing overwritten), as an agent 
 
 from __future__ import annotations
 
-from flask import abort, redirect, render_template, request, url_for
+from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from kb_bridge.errors import Conflict
-from kb_bridge.web.console.state import blueprint, call, require
+from kb_bridge.web.console.state import LOST_VERSION, blueprint, call, require, whole_number
 
 
 @blueprint.get("/documents/<int:document_id>/versions/<int:version>")
@@ -22,13 +22,11 @@ def version(document_id: int, version: int) -> ResponseReturnValue:
 @blueprint.post("/documents/<int:document_id>/versions/<int:version>")
 def restore(document_id: int, version: int) -> ResponseReturnValue:
     require("kb_update_note")
-    current_version = request.form.get("current", "")
-    if not current_version.isdigit():
-        abort(400, "the form lost the version it loaded; reload the page")
+    current_version = whole_number(request.form.get("current", ""), LOST_VERSION)
     found = call("kb_get", {"document_id": document_id, "version": version})["documents"][0]
     changes = {"text": found["content"] or "", **({"title": found["title"]} if found["title"] else {})}
     try:
-        call("kb_update_note", {"document_id": document_id, **changes, "expected_version": int(current_version)})
+        call("kb_update_note", {"document_id": document_id, **changes, "expected_version": current_version})
     except Conflict as exc:
         if exc.code != "CONFLICT":
             raise

@@ -13,7 +13,7 @@ from flask.typing import ResponseReturnValue
 from kb_bridge.tools import reach
 from kb_bridge.tools.arguments import JOB_STATUS
 from kb_bridge.tools.status import visible_jobs
-from kb_bridge.web.console.state import blueprint, current_console, principal, require, wants_json
+from kb_bridge.web.console.state import blueprint, current_console, principal, require, wants_json, whole_number
 
 PAGE = 25
 STATUSES: tuple[str, ...] = tuple(JOB_STATUS["enum"])
@@ -59,10 +59,7 @@ def jobs() -> ResponseReturnValue:
     status = request.args.get("status") or None
     if status is not None and status not in STATUSES:
         abort(400, f"status must be one of {', '.join(STATUSES)}")
-    page_text = request.args.get("page", "1")
-    if not page_text.isdigit() or not 1 <= int(page_text) <= 100_000:
-        abort(400, "page must be a whole number from 1")
-    page = int(page_text)
+    page = whole_number(request.args.get("page", "1"), "page must be a whole number from 1", 100_000)
     bridge = current_console().bridge
     with bridge.engine.deadline(bridge.settings.engine.call_deadline()):
         listed, total, read = visible_jobs(bridge.engine, principal(), status, PAGE, (page - 1) * PAGE)

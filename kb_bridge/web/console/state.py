@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Blueprint, current_app, g, request
+from flask import Blueprint, abort, current_app, g, request
 
 from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.principal import Principal
@@ -72,6 +72,23 @@ def call(tool: str, arguments: dict[str, Any]) -> Result:
 
 def secure() -> bool:
     return request.is_secure or current_console().secure_public
+
+
+# The most a whole number from a form or query string may be: an id or version never passes 2**53 (the tools'
+# DOCUMENT_ID), and 16 digits hold it.
+LARGEST = 2**53
+_MOST_DIGITS = len(str(LARGEST))
+# What a note's forms answer when the version they loaded comes back wrong.
+LOST_VERSION = "the form lost the version it loaded; reload the page"
+
+
+def whole_number(text: str, problem: str, maximum: int = LARGEST) -> int:
+    """`text` as a number from 1 to `maximum`, else 400 saying `problem` (the console's error page). ASCII
+    digits only and few of them: "²".isdigit() is true though int() refuses it, and int() refuses more than
+    4300 digits; either would otherwise be a 500."""
+    if not (text.isascii() and text.isdigit() and len(text) <= _MOST_DIGITS) or not 1 <= int(text) <= maximum:
+        abort(400, problem)
+    return int(text)
 
 
 def wants_json() -> bool:

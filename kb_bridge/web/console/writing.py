@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, redirect, render_template, request, url_for
+from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from kb_bridge import collection_tags as collection_names
 from kb_bridge.errors import KbError
 from kb_bridge.web.console.choices import collection_choices, preselected
-from kb_bridge.web.console.state import blueprint, call, require, usable
+from kb_bridge.web.console.state import LOST_VERSION, blueprint, call, require, usable, whole_number
 
 # Agents keep their memory there (kb_addnote's description): a person writing a note may want it too.
 MEMORY = "memory"
@@ -66,9 +66,7 @@ def _new_note_again(form: dict[str, str], error: str | None, duplicate: int | No
 def save_details(document_id: int) -> ResponseReturnValue:
     """A note's title, tags and collection, in one kb_update_note call guarded by the version the page showed."""
     require("kb_update_note")
-    version = request.form.get("version", "")
-    if not version.isdigit():
-        abort(400, "the form lost the version it loaded; reload the page")
+    version = whole_number(request.form.get("version", ""), LOST_VERSION)
     current = call("kb_get", {"document_id": document_id})["documents"][0]
     changes: dict[str, Any] = {}
     title = request.form.get("title", "").strip()
@@ -83,7 +81,7 @@ def save_details(document_id: int) -> ResponseReturnValue:
     if not changes:
         return redirect(url_for("console.document", document_id=document_id))
     try:
-        call("kb_update_note", {"document_id": document_id, **changes, "expected_version": int(version)})
+        call("kb_update_note", {"document_id": document_id, **changes, "expected_version": version})
     except KbError as exc:
         now = call("kb_get", {"document_id": document_id})["documents"][0]
         problem = f"{exc.code}: {exc.message}"
