@@ -1,8 +1,8 @@
 """Request body limits for every path Flask serves, enforced before the body is read (issue 32, item 7).
 
 Each path has its own limit (`BodyLimits.for_path`): the operational endpoints and anything unknown take no
-body at all; the console's forms take a form's worth, a note's save the largest note; the console's upload
-takes an upload. In front of the WSGI adapter (web/wsgi.py), `BodyLimit`:
+body at all; the console's forms take a form's worth, and the two that carry a note's text (saving a note, a
+new note) the largest note; the console's upload takes an upload. In front of the WSGI adapter (web/wsgi.py), `BodyLimit`:
 
 - answers a declared Content-Length over the limit 413 at once, without reading any of the body;
 - on a path that takes no body, answers a chunked body 413 at once too;
@@ -36,7 +36,8 @@ NOTE_FORM_BYTES = 12 * cast(int, NOTE_TEXT["maxLength"]) + FORM_BYTES
 # An upload's multipart envelope around the file: boundaries, part headers, the collection and CSRF fields.
 MULTIPART_ENVELOPE_BYTES = MIB
 
-_NOTE_SAVE = re.compile(r"/ui/documents/\d+")
+# The forms that carry a note's text: saving an existing note, and writing a new one.
+_NOTE_FORMS = re.compile(r"/ui/documents/\d+|/ui/notes/new")
 _CLOSE = (b"connection", b"close")
 
 
@@ -62,7 +63,7 @@ class BodyLimits:
         """The largest body `path` takes, in bytes (0: none)."""
         if path == "/ui/upload":
             return self.upload
-        if _NOTE_SAVE.fullmatch(path):
+        if _NOTE_FORMS.fullmatch(path):
             return NOTE_FORM_BYTES
         if path == "/ui" or path.startswith("/ui/"):
             return FORM_BYTES

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 
-from kb_bridge.testing.fake_engine import document
+from kb_bridge.testing.fake_engine import document, job
 from kb_bridge.testing.processes import Service, free_port, start_bridge
 from kb_bridge.testing.standin import StandInEngine
 
@@ -32,6 +32,7 @@ TOKEN = "web-door-token-0123456789abcdef"
 MIB = 1024 * 1024
 UPLOAD_MAX = 4 * MIB  # KB_UPLOAD_MAX_BYTES of the bridges here: the upload form's limit is this plus 1 MiB
 NOTE_ID = 7
+NEW_NOTE_JOB = 31
 MAX_NOTE_CHARS = 1_000_000  # tools/arguments.py NOTE_TEXT maxLength
 
 GUARDED_PATHS = ["/ui/", "/ui/sign-in", "/ui/search", "/ui/static/console.css", "/metrics", "/readyz", "/healthz",
@@ -101,6 +102,8 @@ def stand_in_answers(method: str, path: str) -> tuple[int, Any] | None:
         return 200, document(NOTE_ID, version=2)
     if method == "GET" and path.startswith("/api/v1/tags"):
         return 200, {"tags": []}  # a note's page offers the collections it may move to (issue 39)
+    if method == "POST" and path == "/api/v1/jobs":
+        return 202, job(NEW_NOTE_JOB)  # a new note, queued
     return None
 
 
@@ -267,3 +270,20 @@ def test_7_saving_a_note_of_the_largest_size_from_the_console_still_works(keyles
                              data={"csrf_token": csrf.group(1), "version": "1", "text": character * MAX_NOTE_CHARS})
     assert saved.status_code == 302 and saved.headers["location"].endswith("saved=1"), saved.text[:500]
     assert f"PATCH /api/v1/notes/{NOTE_ID}" in engine.received
+
+
+@pytest.mark.parametrize("character", ["é", "\U0001f426"])
+def test_7_a_new_note_of_the_largest_size_from_the_console_is_sent(keyless: Service, engine: StandInEngine,
+                                                                   character: str) -> None:
+    """The New note form takes the same largest note as saving one: it was held to a small form's 1 MiB, so a
+    note kb_addnote takes (a million characters, 6 or 12 MB once percent-encoded) was refused 413 at the door."""
+    with sign_in(keyless) as session:
+        page = session.get(f"{keyless.url}/ui/notes/new", timeout=10)
+        assert page.status_code == 200, page.text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert csrf
+        sent = session.post(f"{keyless.url}/ui/notes/new", allow_redirects=False, timeout=60,
+                            data={"csrf_token": csrf.group(1), "title": "Largest", "collection": "memory", "tags": "",
+                                  "text": character * MAX_NOTE_CHARS})
+    assert sent.status_code == 302 and sent.headers["location"].endswith(f"/ui/jobs/{NEW_NOTE_JOB}"), sent.text[:500]
+    assert "POST /api/v1/jobs" in engine.received
