@@ -130,6 +130,27 @@ def test_a_nul_character_is_refused_naming_the_field(arguments: dict, field: str
     assert caught.value.details["field"] == "query"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"text": "caf\udce9"}, "text"),  # b"caf\xe9" read with surrogateescape, as argv and stdin are
+        ({"text": "ok", "title": "\ud800"}, "title"),
+        ({"text": "ok", "source_path": "notes/\udfff.md"}, "source_path"),
+        ({"text": "ok", "tags": ["fine", "bad\udcff"]}, "tags[1]"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_the_field(arguments: dict, field: str) -> None:
+    """UTF-8 cannot hold one, so no engine request can: refused before any engine call, naming the field."""
+    with pytest.raises(InvalidArgument) as caught:
+        ADDNOTE.check(arguments)
+    assert caught.value.details["field"] == field
+    assert "lone surrogate" in caught.value.message
+    with pytest.raises(InvalidArgument) as caught:
+        SEARCH.check({"query": "herons\udce9"})
+    assert caught.value.details["field"] == "query"
+    ADDNOTE.check({"text": "\U0001f426 a pair of surrogates in UTF-16, one character here", "title": "é"})
+
+
 # Arguments that the lean schema tools/list advertises admits (it leaves caps and patterns out) but the full
 # schema refuses: the server still refuses each, naming the field, before any engine call.
 ADVERTISED_BUT_REFUSED = [

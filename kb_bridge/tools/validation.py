@@ -7,6 +7,7 @@ costs no more than finding its first fault. Messages never echo the offending va
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -39,9 +40,10 @@ class ArgumentValidator:
 
     def check(self, arguments: Any) -> None:
         """Raise `InvalidArgument` for the first problem found, or return."""
-        nul = _string_with_nul(arguments)
-        if nul is not None:
-            raise InvalidArgument(nul or "arguments", "must not contain the NUL character (U+0000)")
+        unstorable = _unstorable_string(arguments)
+        if unstorable is not None:
+            field, problem = unstorable
+            raise InvalidArgument(field or "arguments", problem)
         error = next(iter(self._validator.iter_errors(arguments)), None)
         if error is not None:
             field, problem = self._explain(error)
@@ -66,21 +68,38 @@ class ArgumentValidator:
         return field or "arguments", _problem(keyword, expected)
 
 
-def _string_with_nul(arguments: Any) -> str | None:
-    """The path of the first string holding U+0000, or None. No store keeps it (PostgreSQL text cannot, and
-    the engine refuses it on SQLite too), so it is refused here, with the field, before any engine call.
-    Iterative: arguments may nest deeper than the interpreter's recursion limit."""
+# A lone surrogate (U+D800-U+DFFF unpaired) is what bytes that are not UTF-8 become when read as text with
+# surrogateescape (a command line's argv and stdin) or what a JSON "\ud800" escape gives. UTF-8 cannot
+# encode one, so no engine request or store can carry it: refused here, naming the field, as NUL is.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _string_problem(value: str) -> str | None:
+    """Why no store can keep `value`, or None."""
+    if "\x00" in value:
+        # No store keeps it (PostgreSQL text cannot, and the engine refuses it on SQLite too).
+        return "must not contain the NUL character (U+0000)"
+    if not value.isascii() and _LONE_SURROGATE.search(value):
+        return ("must be UTF-8 text: it holds a lone surrogate (U+D800-U+DFFF), as bytes that are not UTF-8 "
+                "do once read as text")
+    return None
+
+
+def _unstorable_string(arguments: Any) -> tuple[str, str] | None:
+    """(the path of the first string no store can keep, why), or None: checked for every string argument,
+    before any engine call. Iterative: arguments may nest deeper than the interpreter's recursion limit."""
     # Each entry's path is a link (key, parent's link): constant memory per value, however deep.
     stack: list[tuple[Any, Any]] = [(None, arguments)]
     while stack:
         link, value = stack.pop()
         if isinstance(value, str):
-            if "\x00" in value:
+            problem = _string_problem(value)
+            if problem is not None:
                 parts: list[Any] = []
                 while link is not None:
                     key, link = link
                     parts.append(key)
-                return _path(reversed(parts))
+                return _path(reversed(parts)), problem
         elif isinstance(value, dict):
             stack.extend(((key, link), item) for key, item in reversed(list(value.items())))
         elif isinstance(value, list):

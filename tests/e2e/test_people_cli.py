@@ -78,6 +78,21 @@ def test_add_search_get_delete_and_their_exit_codes(engine: Service) -> None:
     assert kb(engine, "add", "x", "--collection", "Not A Name").returncode == 2
 
 
+def test_text_that_is_not_utf8_is_a_usage_error_naming_the_argument_and_nothing_is_written(engine: Service) -> None:
+    """Bytes that are not UTF-8, in an argument or on stdin, reach the tool as lone surrogates: refused (exit 2,
+    naming the argument) before the engine is asked, not an engine failure with an unknown outcome."""
+    collection = f"{COLLECTION}-bytes"
+    # UTF-8 mode reads stdin with surrogateescape whatever the locale (a UTF-8 locale's stdin is strict).
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "PYTHONUTF8": "1"})
+    for argv, stdin, field in (([b"caf\xe9 au lait"], None, b"text"), ([b"-"], b"caf\xe9 au lait\n", b"text"),
+                               ([b"fine text", b"--title", b"Caf\xe9"], None, b"title")):
+        added = subprocess.run([sys.executable.encode(), b"-m", b"kb_bridge", b"add", *argv, b"--collection",
+                                collection.encode()], input=stdin, capture_output=True, cwd=REPO, env=env, timeout=300)
+        assert added.returncode == 2, added.stderr
+        assert added.stderr.startswith(b"kb-bridge add: " + field + b": ") and b"lone surrogate" in added.stderr
+    assert json.loads(kb(engine, "list", "--collection", collection, "--json").stdout)["total"] == 0
+
+
 def test_search_shows_the_passage_that_matched_not_the_start_of_the_chunk(engine: Service) -> None:
     filler = " ".join(f"Gannets plunge for fish at sea, colony {n}." for n in range(20))
     text = f"{filler} Albatrosses glide for hours without a wingbeat {SUFFIX}."
