@@ -4,14 +4,16 @@ default set against the real engine)."""
 
 from __future__ import annotations
 
+import re
+from io import BytesIO
+
 import responses
 from flask.testing import FlaskClient
 
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools import registry
 from kb_bridge.web.ops import create_web_app
-from kb_bridge.testing.fake_engine import API
-from kb_bridge.testing.fake_engine import document
+from kb_bridge.testing.fake_engine import API, calls_to, document, job
 
 JSON = {"Accept": "application/json"}
 
@@ -23,6 +25,13 @@ def signed_in(client: FlaskClient) -> FlaskClient:
     assert pre is not None
     assert client.post("/ui/sign-in", data={"csrf_token": pre.value, "token": ""}).status_code == 302
     return client
+
+
+def csrf_of(client: FlaskClient) -> str:
+    """The session's CSRF token, from the sign-out form every page carries (an error page needs no engine)."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/ui/jobs?page=x").get_data(as_text=True))
+    assert found is not None
+    return found.group(1)
 
 
 def test_a_tool_outside_the_apps_tool_set_is_not_offered_by_its_console(
@@ -38,3 +47,30 @@ def test_a_tool_outside_the_apps_tool_set_is_not_offered_by_its_console(
     answer = refused.get("/ui/documents/42/delete", headers=JSON)
     assert answer.status_code == 403
     assert "does not offer kb_delete" in answer.get_json()["error"]
+
+
+def test_a_later_file_refused_shows_the_files_already_sent_beside_the_refusal(
+    bridge: Bridge, engine: responses.RequestsMock,
+) -> None:
+    """A refused file stops the form; the files before it are queued all the same, so the answer lists them
+    (HTML and JSON) with the refusal and its status; the files after it are never sent."""
+    engine.post(f"{API}/jobs", status=202, json=job(31, type="file", filename="first.md"))
+    client = signed_in(create_web_app(bridge).test_client())
+    csrf = csrf_of(client)
+
+    def form() -> dict[str, object]:
+        return {"csrf_token": csrf, "collection": "documents",
+                "file": [(BytesIO(b"# First\n\nsent"), "first.md"), (BytesIO(b"MZ"), "second.exe"),
+                         (BytesIO(b"# Third\n\nnever sent"), "third.md")]}
+
+    answer = client.post("/ui/upload", data=form(), headers=JSON)
+    assert answer.status_code == 400
+    reply = answer.get_json()
+    assert [sent["job"]["id"] for sent in reply["jobs"]] == [31] and reply["url"] == "/ui/jobs/31"
+    assert reply["error"].startswith("second.exe was refused (VALIDATION_ERROR: filename: ")
+    page = client.post("/ui/upload", data=form())
+    assert page.status_code == 400
+    html = page.get_data(as_text=True)
+    assert '<a href="/ui/jobs/31">first.md</a>: job 31' in html and "second.exe was refused" in html
+    assert "third.md" not in html
+    assert len(calls_to(engine, "POST", "/jobs")) == 2  # the first file of each form; never the third

@@ -4,7 +4,6 @@ happen: an engine too old to count tags per collection, a job's words and times,
 
 from __future__ import annotations
 
-import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -14,6 +13,8 @@ from flask.testing import FlaskClient
 from kb_bridge.runtime import Bridge
 from kb_bridge.testing.fake_engine import API, job
 from kb_bridge.web.ops import create_web_app
+
+from tests.test_console_app import csrf_of
 
 JSON = {"Accept": "application/json"}
 
@@ -26,13 +27,6 @@ def signed_in(bridge: Bridge) -> FlaskClient:
     assert pre is not None
     assert client.post("/ui/sign-in", data={"csrf_token": pre.value, "token": ""}).status_code == 302
     return client
-
-
-def csrf_of(client: FlaskClient) -> str:
-    """The session's CSRF token, from the sign-out form every page carries (an error page needs no engine)."""
-    found = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/ui/jobs?page=x").get_data(as_text=True))
-    assert found is not None
-    return found.group(1)
 
 
 def test_the_tags_page_refuses_an_engine_that_cannot_count_within_a_collection(

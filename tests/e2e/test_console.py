@@ -234,6 +234,16 @@ def test_an_unsupported_file_type_is_refused_with_the_engines_reason(browser: An
     playwright_api.expect(page.locator("#upload-status")).to_contain_text(
         "The upload was refused: VALIDATION_ERROR: filename: the engine accepts these file types: txt, md, pdf, html, docx")
 
+    # Refused after a file already sent: that one is listed (and followed), with the refusal beside it.
+    first = tmp_path / f"curlew-{SUFFIX}.md"
+    first.write_text(f"# Curlew {SUFFIX}\n\nCurlews probe deep mud with their long bills.\n")
+    page.get_by_label("Files").set_input_files([str(first), str(program)])
+    page.get_by_role("button", name="Upload").click()
+    playwright_api.expect(page.locator("#upload-status")).to_contain_text(
+        "Sent. Then setup.exe was refused (VALIDATION_ERROR: filename: the engine accepts these file types")
+    playwright_api.expect(page.locator("#upload-jobs li")).to_have_count(1)
+    playwright_api.expect(page.locator("#upload-jobs li")).to_contain_text(first.name)
+
 
 def test_without_the_csrf_token_nothing_changes(browser: Any, console: Console) -> None:
     document_id = console.add_note(f"Redshanks are the sentinels of the marsh {SUFFIX}.", f"Redshank {SUFFIX}")

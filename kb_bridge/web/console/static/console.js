@@ -48,12 +48,14 @@ function sendUpload(event, form) {
     button.disabled = false;
     let reply = {};
     try { reply = JSON.parse(request.responseText); } catch (_) { /* not JSON: say the status */ }
-    if (request.status !== 200 || !reply.jobs) {
+    if (!reply.jobs) {
       say(`The upload was refused: ${reply.error || request.statusText || request.status}`);
       return;
     }
+    // A later file refused: the earlier ones are queued all the same, so they are listed with the refusal.
+    const sentText = reply.jobs.length === 1 ? "Sent." : `Sent ${reply.jobs.length} files.`;
     bar.value = 100;
-    say(reply.jobs.length === 1 ? "Sent." : `Sent ${reply.jobs.length} files.`);
+    say(reply.error ? `${sentText} Then ${reply.error}` : sentText);
     const list = document.getElementById("upload-jobs");
     list.replaceChildren();
     for (const sent of reply.jobs) {
