@@ -74,3 +74,20 @@ def test_a_later_file_refused_shows_the_files_already_sent_beside_the_refusal(
     assert '<a href="/ui/jobs/31">first.md</a>: job 31' in html and "second.exe was refused" in html
     assert "third.md" not in html
     assert len(calls_to(engine, "POST", "/jobs")) == 2  # the first file of each form; never the third
+
+
+def test_signing_in_again_ends_the_previous_session(bridge: Bridge, engine: responses.RequestsMock) -> None:
+    client = signed_in(create_web_app(bridge).test_client())
+    first = client.get_cookie("kb_console", path="/ui")
+    assert first is not None
+    # The sign-in form posted again (from a tab opened before), with the first session's cookie still sent.
+    client.set_cookie("kb_console_signin", "again", path="/ui")
+    assert client.post("/ui/sign-in", data={"csrf_token": "again", "token": ""}).status_code == 302
+    second = client.get_cookie("kb_console", path="/ui")
+    assert second is not None and second.value != first.value
+    assert client.get("/ui/jobs?page=x").status_code == 400  # the new session stands
+
+    old = create_web_app(bridge).test_client()
+    old.set_cookie("kb_console", first.value, path="/ui")
+    answer = old.get("/ui/jobs?page=x")
+    assert answer.status_code == 302 and answer.headers["Location"].endswith("/ui/sign-in")

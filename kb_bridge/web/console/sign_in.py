@@ -35,6 +35,10 @@ def sign_in() -> ResponseReturnValue:
     if found is None:
         console.bridge.metrics.auth_failure("console_token_invalid")
         return _sign_in_page("That access token is not valid. Check it and try again."), 401
+    if g.session is not None:
+        # Signing in again (perhaps as someone else) replaces the session: the old one must not stay valid,
+        # for its remaining hours, behind a cookie this browser no longer holds.
+        console.sessions.end(g.session.id)
     session = console.sessions.start(found, kept, expires)
     response = redirect(url_for("console.search"))
     response.set_cookie(COOKIE, session.id, max_age=max(1, int(session.expires - time.time())), httponly=True,
