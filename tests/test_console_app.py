@@ -91,3 +91,22 @@ def test_signing_in_again_ends_the_previous_session(bridge: Bridge, engine: resp
     old.set_cookie("kb_console", first.value, path="/ui")
     answer = old.get("/ui/jobs?page=x")
     assert answer.status_code == 302 and answer.headers["Location"].endswith("/ui/sign-in")
+
+
+def test_a_console_path_no_view_matches_gets_the_consoles_error_page_and_headers(bridge: Bridge) -> None:
+    """Routing errors reach the app's handlers, not the blueprint's: a /ui/ path still gets the console's
+    answer (its security headers, no caching), and any other path the app's JSON."""
+    client = create_web_app(bridge).test_client()
+    for method, path, status in (("GET", "/ui/nonexistent", 404), ("GET", "/ui/documents/abc", 404),
+                                 ("PUT", "/ui/search", 405)):
+        page = client.open(path, method=method)
+        json_answer = client.open(path, method=method, headers=JSON)
+        assert (page.status_code, json_answer.status_code) == (status, status), path
+        assert "<h1>Refused</h1>" in page.get_data(as_text=True) and "error" in json_answer.get_json()
+        for answer in (page, json_answer):
+            assert answer.headers["Content-Security-Policy"].startswith("default-src 'self'")
+            assert answer.headers["X-Frame-Options"] == "DENY" and answer.headers["X-Content-Type-Options"] == "nosniff"
+            assert answer.headers["Cache-Control"] == "no-store"
+    elsewhere = client.get("/nonexistent")
+    assert elsewhere.status_code == 404 and elsewhere.get_json() == {"error": "not_found"}
+    assert "Content-Security-Policy" not in elsewhere.headers

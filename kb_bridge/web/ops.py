@@ -8,6 +8,7 @@ import hmac
 
 from flask import Flask, Response, jsonify, redirect, request
 from flask.typing import ResponseReturnValue
+from werkzeug.exceptions import HTTPException
 
 from kb_bridge import __version__
 from kb_bridge.client.versions import engine_version, version_problem
@@ -113,12 +114,17 @@ def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None,
             # Public by design (RFC 9728): how a client finds the authorization server; browsers may read it.
             return jsonify(metadata), 200, {"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Origin": "*"}
 
+    # A /ui/ path no view matches gets the console's error page and headers (CSP, no-store, ...), not JSON.
     @app.errorhandler(404)
-    def not_found(_exc: Exception) -> ResponseReturnValue:
+    def not_found(exc: HTTPException) -> ResponseReturnValue:
+        if console.serves(request.path):
+            return console.unrouted(exc)
         return jsonify(error="not_found"), 404
 
     @app.errorhandler(405)
-    def not_allowed(_exc: Exception) -> ResponseReturnValue:
+    def not_allowed(exc: HTTPException) -> ResponseReturnValue:
+        if console.serves(request.path):
+            return console.unrouted(exc)
         return jsonify(error="method_not_allowed"), 405
 
     return app

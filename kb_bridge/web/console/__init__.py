@@ -22,7 +22,8 @@ Three rules make the console no wider than /mcp:
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
 
 from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.runtime import Bridge
@@ -42,3 +43,18 @@ def register(app: Flask, bridge: Bridge, authenticator: Authenticator,
 
     app.extensions[EXTENSION] = Console.build(bridge, authenticator, available)
     app.register_blueprint(blueprint)
+
+
+PREFIX = "/ui"
+
+
+def serves(path: str) -> bool:
+    """Whether `path` is the console's (its error pages, not the app's JSON ones, answer for it)."""
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def unrouted(exc: HTTPException) -> Response:
+    """The console's answer to a routing error of one of its paths (headers.py)."""
+    from kb_bridge.web.console.headers import unrouted as page
+
+    return page(exc)

@@ -1,13 +1,14 @@
 """What every console response carries: no caching, the security headers (a strict Content-Security-Policy
 the pages are written for: no inline script or style), the session cookie removed once its session ended;
-and the error pages, HTML or JSON as the request asked."""
+and the error pages, HTML or JSON as the request asked, a /ui/ path that no view matches included."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Response, g, jsonify, render_template
+from flask import Response, g, jsonify, make_response, render_template
 from flask.typing import ResponseReturnValue
+from werkzeug.exceptions import HTTPException
 
 from kb_bridge.errors import KbError
 from kb_bridge.web.console.guard import COOKIE
@@ -50,3 +51,10 @@ def refused(status: int) -> Callable[[Exception], ResponseReturnValue]:
 
 for _status in REFUSED:
     blueprint.register_error_handler(_status, refused(_status))
+
+
+def unrouted(exc: HTTPException) -> Response:
+    """The answer to a /ui/ path no view matched (404) or no method of it did (405): the console's error page
+    with its headers. Routing errors reach the app's error handlers, never the blueprint's (web/ops.py passes
+    them here), and the blueprint's after_request does not run for them either."""
+    return headers(make_response(refused(exc.code or 404)(exc)))

@@ -17,12 +17,13 @@ from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.principal import Principal
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
+from kb_bridge.web.console import PREFIX
 from kb_bridge.web.console.offer import ConsoleTools
 from kb_bridge.web.console.sessions import Session, Sessions
 
 EXTENSION = "kb_console"
 
-blueprint = Blueprint("console", "kb_bridge.web.console", url_prefix="/ui", template_folder="templates",
+blueprint = Blueprint("console", "kb_bridge.web.console", url_prefix=PREFIX, template_folder="templates",
                       static_folder="static")
 
 
