@@ -11,7 +11,7 @@ import responses
 from flask.testing import FlaskClient
 
 from kb_bridge.runtime import Bridge
-from kb_bridge.testing.fake_engine import API, job
+from kb_bridge.testing.fake_engine import API, document, job
 from kb_bridge.web.ops import create_web_app
 
 from tests.test_console_app import csrf_of
@@ -104,3 +104,13 @@ def test_a_number_field_that_is_no_plain_number_is_refused_on_the_error_page(
         assert "<h1>Refused</h1>" in answer.get_data(as_text=True)
         assert answer.headers["Content-Security-Policy"].startswith("default-src 'self'")
     assert len(engine.calls) == calls  # refused before the engine is asked
+
+
+def test_a_missing_version_of_a_note_is_named_as_the_version(bridge: Bridge, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents/1", match=[responses.matchers.query_param_matcher({"version": "99"})], status=404,
+               json={"error": {"code": "not_found", "message": "no such version"}})
+    engine.get(f"{API}/documents/1", json=document(1, title="Plover", version=3))
+    engine.get(f"{API}/documents/1/versions", json={"id": 1, "versions": []})
+    answer = signed_in(bridge).get("/ui/documents/1/versions/99", headers=JSON)
+    assert answer.status_code == 404
+    assert answer.get_json()["error"] == "NOT_FOUND: version 99 of document 1 not found"

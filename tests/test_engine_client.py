@@ -163,6 +163,15 @@ def test_35_engine_4xx_are_translated_and_not_retried(
     assert KEY not in caught.value.message
 
 
+def test_a_missing_version_is_named_as_the_version_not_the_document(
+    client: EngineClient, engine: responses.RequestsMock,
+) -> None:
+    engine.get(f"{API}/documents/1", status=404, json={"error": {"code": "not_found", "message": "no such version"}})
+    with pytest.raises(NotFound) as caught:
+        client.get_version(1, 99)
+    assert caught.value.message == "version 99 of document 1 not found"
+
+
 def test_35_auth_failure_says_the_bridge_is_misconfigured(client: EngineClient, engine: responses.RequestsMock) -> None:
     engine.get(f"{API}/status", status=401, json={"error": {"code": "unauthorized", "message": "no"}})
     with pytest.raises(EngineAuthFailed) as caught:

@@ -216,8 +216,9 @@ class EngineClient:
     def get_version(self, document_id: int, version: int) -> dict[str, Any]:
         """A document as it was at `version`, with its text (engine 3.9)."""
         path = f"{API}/documents/{segment(document_id)}"
-        return self._json(Call("GET", path, "GET /documents/{id}?version", f"document {document_id}", retry_safe=True,
-                               params={"version": version}))
+        # A 404 here is the version missing (kb_get reads the document first): named so, not as the document.
+        return self._json(Call("GET", path, "GET /documents/{id}?version", f"version {version} of document {document_id}",
+                               retry_safe=True, params={"version": version}))
 
     def restore_versions(self, document_id: int, versions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Replace a note's earlier versions (import; engine 3.9). A PUT: repeating it changes nothing more."""
