@@ -11,6 +11,7 @@ from typing import Any
 from kb_bridge.cli.documents import table, with_tools
 from kb_bridge.cli.exits import OK, add_command
 from kb_bridge.collection_tags import PREFIX
+from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools import registry
 from kb_bridge.tools.spec import ToolContext
 
@@ -41,6 +42,10 @@ def add_arguments(commands: Any) -> None:
 
 
 def _list(ctx: ToolContext, args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        # Refused as kb_list refuses its own limit (`jobs --limit 0` is, by kb_jobs): below 1, no page is asked
+        # for, and "No documents." would be a wrong answer.
+        raise InvalidArgument("limit", "must be at least 1")
     arguments: dict[str, Any] = {"tags": args.tag}
     for key in ("collection", "since", "until"):
         if getattr(args, key) is not None:
@@ -49,7 +54,7 @@ def _list(ctx: ToolContext, args: argparse.Namespace) -> int:
         arguments["time_field"] = "updated"
     documents: list[dict[str, Any]] = []
     total = 0
-    while len(documents) < max(args.limit, 0):
+    while len(documents) < args.limit:
         page = registry.call(ctx, "kb_list", {**arguments, "limit": min(100, args.limit - len(documents))})
         documents += page["documents"]
         total = page["total"]

@@ -126,6 +126,9 @@ def test_list_collections_tags_and_jobs(engine: Service) -> None:
     assert json.loads(kb(engine, "list", "--collection", collection, "--since", "2099-01-01", "--json").stdout)["total"] == 0
     bad = kb(engine, "list", "--since", "last tuesday")
     assert bad.returncode == 2 and "since" in bad.stderr
+    for limit in ("0", "-5"):  # not "No documents."
+        bad = kb(engine, "list", "--collection", collection, "--limit", limit)
+        assert bad.returncode == 2 and bad.stderr.startswith("kb-bridge list: limit: must be at least 1"), bad
 
     collections = json.loads(kb(engine, "collections", "--json").stdout)["collections"]
     assert {"name": collection, "documents": 3} in [{k: c[k] for k in ("name", "documents")} for c in collections]
