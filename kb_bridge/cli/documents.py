@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import shutil
 import sys
@@ -120,8 +121,14 @@ def table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     return "\n".join([line(headers), line(tuple("-" * len(h) for h in headers)), *(line(r) for r in rows)])
 
 
+def _stdin_text() -> str:
+    """stdin in the locale's encoding, bytes it cannot decode kept as lone surrogates (as Python keeps them in
+    argv) so that the tool refuses them naming `text`; a UTF-8 locale's sys.stdin would raise on them instead."""
+    return io.TextIOWrapper(sys.stdin.buffer, encoding=sys.stdin.encoding, errors="surrogateescape").read()
+
+
 def _add(ctx: ToolContext, args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.text == "-" else args.text
+    text = _stdin_text() if args.text == "-" else args.text
     arguments: dict[str, Any] = {"text": text, "collection": args.collection, "wait": True}
     if args.allow_duplicate:
         arguments["allow_duplicate"] = True

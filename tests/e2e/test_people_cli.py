@@ -82,8 +82,8 @@ def test_text_that_is_not_utf8_is_a_usage_error_naming_the_argument_and_nothing_
     """Bytes that are not UTF-8, in an argument or on stdin, reach the tool as lone surrogates: refused (exit 2,
     naming the argument) before the engine is asked, not an engine failure with an unknown outcome."""
     collection = f"{COLLECTION}-bytes"
-    # UTF-8 mode reads stdin with surrogateescape whatever the locale (a UTF-8 locale's stdin is strict).
-    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "PYTHONUTF8": "1"})
+    # A UTF-8 locale (not C.UTF-8, which Python reads as C), whose sys.stdin is strict: `add -` reads it as argv.
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "LC_ALL": "en_US.UTF-8", "PYTHONUTF8": "0"})
     for argv, stdin, field in (([b"caf\xe9 au lait"], None, b"text"), ([b"-"], b"caf\xe9 au lait\n", b"text"),
                                ([b"fine text", b"--title", b"Caf\xe9"], None, b"title")):
         added = subprocess.run([sys.executable.encode(), b"-m", b"kb_bridge", b"add", *argv, b"--collection",
