@@ -17,8 +17,10 @@ def now_iso() -> str:
 
 
 def format_iso(moment: dt.datetime) -> str:
+    """Every year in four digits: strftime's %Y writes year 999 as "999" on Linux (glibc), which neither
+    sorts with the rest nor parses back (fromisoformat wants four digits)."""
     moment = moment.astimezone(dt.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
 def parse_iso(text: str, name: str) -> str:

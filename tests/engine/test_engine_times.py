@@ -165,3 +165,42 @@ def test_a_change_of_a_documents_times_alone_reaches_the_text_index(client: Flas
     wait_for(lambda: found(updated_after="2025-01-01") == [note["id"]], "the move's updated_at in the index")
     assert found(updated_before="2022-01-01") == []
     assert found(created_before="2021-01-01") == [note["id"]]  # created_at did not move
+
+
+def test_a_year_before_1000_is_kept_in_four_digits_filtered_and_survives_a_restart(
+        make_app: Any) -> None:
+    """clock.format_iso wrote such a year with strftime("%Y"), unpadded on Linux ("999-06-01T…"): the
+    text index could not read it back, so its catch-up stopped at that note for ever (later jobs failed),
+    the time bounds compared the wrong text, and the engine did not start again."""
+    client = make_app().test_client()
+    ancient = add_note(client, "A charter sealed by the abbot.", created_at="0999-06-01")
+    assert ancient["created_at"] == ancient["updated_at"] == "0999-06-01T00:00:00.000Z"
+    later = add_note(client, "A charter sealed by the bishop.", created_at="1999-06-01")
+    assert listed(client, created_after="0999-01-01") == [later["id"], ancient["id"]]
+    assert listed(client, created_after="0999-01-01", created_before="1000-01-01") == [ancient["id"]]
+    for mode in ("fts", "hybrid"):
+        found = search(client, query="charter", mode=mode, created_after="0999-01-01", created_before="1000-01-01")
+        assert [hit["document_id"] for hit in found["results"]] == [ancient["id"]]
+        assert found["time_filters"]["created_before"] == "1000-01-01T00:00:00.000Z"
+    engine_of(client.application).close()  # the first engine stops; a second opens the same data
+    restarted = make_app().test_client()
+    found = search(restarted, query="charter", mode="fts")
+    assert sorted(hit["document_id"] for hit in found["results"]) == sorted([ancient["id"], later["id"]])
+
+
+def test_a_stored_time_the_index_cannot_read_neither_stops_later_jobs_nor_the_next_start(make_app: Any) -> None:
+    """An engine before the fix above stored year 999 as "999-06-01T…"; such a row must not stop the text
+    index's catch-up (later jobs failed) nor its opening (the engine did not start). The chunk is indexed
+    without its times: found by search, left out by every time bound."""
+    app = make_app()
+    client = app.test_client()
+    legacy = add_note(client, "A charter copied by an older engine.")
+    with engine_of(app).store.db.write() as conn:  # type: ignore[attr-defined]
+        conn.execute(f"UPDATE documents SET created_at = '999-06-01T00:00:00.000Z' WHERE id = {legacy['id']}")
+    after = add_note(client, "A charter copied today.")  # its job's catch-up reads the legacy row first
+    engine_of(app).close()
+    restarted = make_app().test_client()
+    found = search(restarted, query="charter", mode="fts")
+    assert sorted(hit["document_id"] for hit in found["results"]) == sorted([legacy["id"], after["id"]])
+    bounded = search(restarted, query="charter", mode="fts", created_after="0001-01-01")
+    assert [hit["document_id"] for hit in bounded["results"]] == [after["id"]]

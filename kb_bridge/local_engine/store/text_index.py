@@ -22,6 +22,7 @@ with the identity of the database it follows; `position` is None when it must be
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -33,6 +34,8 @@ import tantivy
 from ..clock import epoch_millis
 from .base import DocumentFilter, Passage, Ranking
 from .query_terms import query_words
+
+logger = logging.getLogger(__name__)
 
 ANALYZER = "kb_english"
 MANIFEST = "kb-manifest.json"
@@ -102,8 +105,17 @@ class TextIndex:
         for chunk_id, document_id, title, text, doc_type, tags, created_at, updated_at in rows:
             self._live_writer().delete_documents_by_term("chunk", chunk_id)
             body = " ".join([title] * self.title_repeats + [text])
-            document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type,
-                                        created=epoch_millis(created_at), updated=epoch_millis(updated_at))
+            try:
+                times = {"created": epoch_millis(created_at), "updated": epoch_millis(updated_at)}
+            except ValueError:
+                # A time this engine cannot read (older engines wrote year 999 as "999-…", clock.py): the chunk
+                # goes in without its times, found by search and by no time bound, rather than stop the index
+                # (and with it every later job, and the engine's start) at this row for ever.
+                times = {}
+                logger.warning("document %d: its times %r, %r are not ISO-8601; its chunk %d is indexed without "
+                               "them, so no time bound finds it", document_id, created_at[:40], updated_at[:40],
+                               chunk_id)
+            document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type, **times)
             for tag in tags:
                 document.add_text("tag", tag)
             self._live_writer().add_document(document)
