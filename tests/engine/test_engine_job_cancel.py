@@ -16,6 +16,7 @@ from flask.testing import FlaskClient
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder, EmbedderSlot
 from kb_bridge.local_engine.ingest import scheduling
+from kb_bridge.local_engine.store.base import note_text_key
 
 from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
 
@@ -149,3 +150,40 @@ def test_a_running_job_shows_its_chunks_embedded(make_app: Callable[..., flask.F
     model.gate.set()
     done = wait_job(client, job["id"])
     assert done["status"] == "done" and "progress" not in done
+
+
+def _unique_note(client: FlaskClient, text: str) -> flask.Response:
+    return client.post(f"{API}/jobs", json={"text": text, "tags": ["collection:memory"],
+                                            "unique_in": "collection:memory"})
+
+
+def test_a_cancelled_notes_text_can_be_added_again(held: tuple[FlaskClient, threading.Event]) -> None:
+    """Cancelling a queued note frees its duplicate key: the same text sent again is queued and stored, not
+    answered with the cancelled job (and `duplicate_of` null) while nothing is ever stored."""
+    client, gate = held
+    first = _unique_note(client, "Water the ferns on Fridays.")
+    assert first.status_code == 202
+    assert client.delete(f"{API}/jobs/{first.json['id']}").status_code == 200
+    again = _unique_note(client, "Water the ferns on Fridays.")
+    assert again.status_code == 202, again.json
+    assert again.json["id"] != first.json["id"]
+    gate.set()
+    assert wait_job(client, again.json["id"])["status"] == "done"
+
+
+def test_a_key_left_by_an_ended_job_never_blocks_a_new_note(app: flask.Flask) -> None:
+    """A key still held by a job that ended without a document (as engines that kept a cancelled job's key
+    left it) is free for the next note with that text."""
+    client = app.test_client()
+    gate = begin_held_load(engine_of(app).embedders)
+    text = "Descale the kettle monthly."
+    first = _unique_note(client, text).json
+    assert client.delete(f"{API}/jobs/{first['id']}").status_code == 200
+    with engine_of(app).store.db.write() as conn:  # type: ignore[attr-defined]
+        conn.execute("DELETE FROM note_keys")
+        conn.execute(f"INSERT INTO note_keys (scope, text_key, job_id) VALUES ('collection:memory', "
+                     f"'{note_text_key(text)}', {first['id']})")
+    again = _unique_note(client, text)
+    assert again.status_code == 202 and again.json["id"] != first["id"], again.json
+    gate.set()
+    assert wait_job(client, again.json["id"])["status"] == "done"

@@ -10,7 +10,10 @@ from typing import Any
 
 def take(conn: Any, scope: str, text_key: str) -> tuple[int | None, int | None] | None:
     """Take the key for a note about to be queued: None when it was free (now held, job still to be set),
-    else (job id, document id) of the note that holds it."""
+    else (job id, document id) of the note that holds it. A key whose job ended without storing its note
+    (failed or cancelled) is free (older engines kept a cancelled job's key for ever)."""
+    conn.execute("DELETE FROM note_keys WHERE scope = %s AND text_key = %s AND document_id IS NULL "
+                 "AND job_id IN (SELECT id FROM jobs WHERE status IN ('failed', 'cancelled'))", (scope, text_key))
     taken = conn.execute("INSERT INTO note_keys (scope, text_key) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                          (scope, text_key)).rowcount
     if taken:
@@ -28,10 +31,11 @@ def job_stored(conn: Any, job_id: int, doc_id: int) -> None:
     conn.execute("UPDATE note_keys SET document_id = %s WHERE job_id = %s", (doc_id, job_id))
 
 
-def job_failed(conn: Any, job_id: int) -> None:
-    # Only once the job has failed: a job another replica took over may still store its note.
+def job_ended(conn: Any, job_id: int) -> None:
+    """The job made no note (it failed or was cancelled): its key is free again."""
+    # Only once the job has ended: a job another replica took over may still store its note.
     conn.execute("DELETE FROM note_keys WHERE job_id = %s AND document_id IS NULL "
-                 "AND EXISTS (SELECT 1 FROM jobs WHERE id = %s AND status = 'failed')", (job_id, job_id))
+                 "AND EXISTS (SELECT 1 FROM jobs WHERE id = %s AND status IN ('failed', 'cancelled'))", (job_id, job_id))
 
 
 def key_of(conn: Any, doc_id: int) -> tuple[str, str, int | None] | None:

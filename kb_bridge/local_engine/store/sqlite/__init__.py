@@ -139,7 +139,7 @@ class SqliteStore(SqlReads, SqlWrites):
     def fail_job(self, job_id: int, error: str, now: str) -> None:
         with self.db.write() as conn:
             jobs.fail_job(conn, job_id, error, now)
-            note_keys.job_failed(conn, job_id)
+            note_keys.job_ended(conn, job_id)
 
     def requeue_job(self, job_id: int) -> None:
         with self.db.write() as conn:
@@ -147,7 +147,9 @@ class SqliteStore(SqlReads, SqlWrites):
 
     def cancel_job(self, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
         with self.db.write() as conn:
-            return jobs.cancel_job(conn, job_id, now)
+            cancelled = jobs.cancel_job(conn, job_id, now)
+            note_keys.job_ended(conn, job_id)
+        return cancelled
 
     # --- chunks and vectors -----------------------------------------------------------------------------------------
 

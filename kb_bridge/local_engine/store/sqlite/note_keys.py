@@ -10,7 +10,10 @@ import sqlite3
 
 def take(conn: sqlite3.Connection, scope: str, text_key: str) -> tuple[int | None, int | None] | None:
     """Take the key for a note about to be queued: None when it was free (now held, job still to be set),
-    else (job id, document id) of the note that holds it."""
+    else (job id, document id) of the note that holds it. A key whose job ended without storing its note
+    (failed or cancelled) is free (older engines kept a cancelled job's key for ever)."""
+    conn.execute("DELETE FROM note_keys WHERE scope = ? AND text_key = ? AND document_id IS NULL "
+                 "AND job_id IN (SELECT id FROM jobs WHERE status IN ('failed', 'cancelled'))", (scope, text_key))
     taken = conn.execute("INSERT OR IGNORE INTO note_keys (scope, text_key) VALUES (?, ?)", (scope, text_key)).rowcount
     if taken:
         return None
@@ -28,11 +31,11 @@ def job_stored(conn: sqlite3.Connection, job_id: int, doc_id: int) -> None:
     conn.execute("UPDATE note_keys SET document_id = ? WHERE job_id = ?", (doc_id, job_id))
 
 
-def job_failed(conn: sqlite3.Connection, job_id: int) -> None:
-    """The job made no note: its key is free again."""
-    # Only once the job has failed: a job another replica took over may still store its note.
+def job_ended(conn: sqlite3.Connection, job_id: int) -> None:
+    """The job made no note (it failed or was cancelled): its key is free again."""
+    # Only once the job has ended: a job another replica took over may still store its note.
     conn.execute("DELETE FROM note_keys WHERE job_id = ? AND document_id IS NULL "
-                 "AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND status = 'failed')", (job_id, job_id))
+                 "AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND status IN ('failed', 'cancelled'))", (job_id, job_id))
 
 
 def key_of(conn: sqlite3.Connection, doc_id: int) -> tuple[str, str, int | None] | None:
