@@ -148,3 +148,43 @@ def test_identical_notes_queued_at_once_make_one_job(app: flask.Flask) -> None:
         thread.join()
     assert sorted(answer.status_code for answer in answers) == [200] * 7 + [202]
     assert len({answer.json["id"] for answer in answers}) == 1
+
+
+def test_racing_text_and_title_updates_never_undo_each_other(vector_app: flask.Flask) -> None:
+    """A PATCH that leaves a field out keeps that field as it is when the update is written, not as it was
+    when the update began (before its embedding): a title-only update never writes back an older text, a
+    text-only update never an older title. Two threads race (the real model makes each update slow), then
+    every kept version is checked against the one before it."""
+    client = vector_app.test_client()
+    note = add_note(client, "text 0: the heron stands in the pond", title="title 0")
+    rounds = 12
+    answers: list[int] = []
+    start = threading.Barrier(2)
+
+    def update(field: str) -> None:
+        own = vector_app.test_client()
+        start.wait(10)
+        for n in range(1, rounds + 1):
+            value = f"{field} {n}: the heron stands in the pond" if field == "text" else f"{field} {n}"
+            response = own.patch(f"{API}/notes/{note['id']}", json={field: value, "changed_by": f"{field} {n}"})
+            answers.append(response.status_code)
+
+    threads = [threading.Thread(target=update, args=(field,)) for field in ("text", "title")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert set(answers) == {200} and len(answers) == 2 * rounds
+
+    listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert [v["version"] for v in listed] == list(range(2 * rounds + 1, 0, -1))
+    kept = {v["version"]: client.get(f"{API}/documents/{note['id']}?version={v['version']}").json for v in listed}
+    for number in range(2, 2 * rounds + 2):
+        made, before = kept[number], kept[number - 1]
+        if made["changed_by"].startswith("title"):
+            assert made["content"] == before["content"], (number, made["changed_by"])
+            assert made["title"] == made["changed_by"]
+        else:
+            assert made["title"] == before["title"], (number, made["changed_by"])
+            assert made["content"].startswith(made["changed_by"])

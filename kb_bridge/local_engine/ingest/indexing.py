@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..clock import now_iso
 from ..embedding.embedder import EmbedderSlot
-from ..errors import IngestionError
+from ..errors import Conflict, IngestionError, PreconditionFailed
 from ..store.base import JSON, PreparedChunks, Store, check_note, text_sha256
 from .chunking import ChunkingPolicy, chunk_text, embedding_input
 from .notes import derive_title
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from ..embedding.embedder import Embedder
 
 logger = logging.getLogger(__name__)
+
+# How often a PATCH that leaves a field out reads the note again after another update overtook it.
+UPDATE_ATTEMPTS = 10
 
 
 class Indexer:
@@ -80,14 +83,24 @@ class Indexer:
         `if_match` is the versions the client accepts (from If-Match; "*" accepts any), or None for no
         condition. Checked before the (slow) embedding and again by the store when it writes.
         """
-        current = self.store.get_document(doc_id, detail=True)
-        check_note(current["doc_type"], current["version"], doc_id, if_match)
-        new_text = text if text is not None else str(current["content"])
-        new_title = title if title is not None else str(current["title"])
-        if title is None and text is not None and current["title"] == derive_title(str(current["content"])):
-            new_title = derive_title(text)  # the title was derived from the old text: derive it anew
-        prepared = self.prepare(new_title, new_text, "note")
-        return self.store.replace_note(doc_id, new_title, new_text, prepared, if_match, now_iso(), changed_by)
+        for _ in range(UPDATE_ATTEMPTS):
+            current = self.store.get_document(doc_id, detail=True)
+            check_note(current["doc_type"], current["version"], doc_id, if_match)
+            new_text = text if text is not None else str(current["content"])
+            new_title = title if title is not None else str(current["title"])
+            if title is None and text is not None and current["title"] == derive_title(str(current["content"])):
+                new_title = derive_title(text)  # the title was derived from the old text: derive it anew
+            prepared = self.prepare(new_title, new_text, "note")
+            # A field left out is the one read above, before the store's lock: it holds only if the note is
+            # still at that version when written (else a title-only update would write back an older text).
+            guard = if_match if text is not None and title is not None else {str(current["version"])}
+            try:
+                return self.store.replace_note(doc_id, new_title, new_text, prepared, guard, now_iso(), changed_by)
+            except PreconditionFailed:
+                if guard is if_match:
+                    raise
+                # Changed meanwhile: read it again (the client's If-Match is checked against the new version).
+        raise Conflict(f"note {doc_id} kept changing while this update was prepared; send it again")
 
     def backfill(self, embedder: Embedder, limit: int) -> int:
         """Embed up to `limit` stored chunks that have no vector (stored before the model was available)."""
