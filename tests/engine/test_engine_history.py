@@ -188,3 +188,13 @@ def test_racing_text_and_title_updates_never_undo_each_other(vector_app: flask.F
         else:
             assert made["title"] == before["title"], (number, made["changed_by"])
             assert made["content"].startswith(made["changed_by"])
+
+
+@pytest.mark.parametrize("version", ["²", "٣", "1" * 5000, "+1", " 1", "0"])
+def test_a_version_that_is_not_ascii_digits_is_422_naming_it(client: FlaskClient, version: str) -> None:
+    """str.isdigit takes "²" (which int() refuses: a 500) and "٣" (Arabic-Indic three); 5000 digits are past
+    int()'s limit. Only a positive number in ASCII digits names a version."""
+    note = add_note(client, "the ladder is in the shed")
+    response = client.get(f"{API}/documents/{note['id']}", query_string={"version": version})
+    assert response.status_code == 422 and error_code(response) == "validation_error", response.json
+    assert response.json["error"]["message"].startswith("version")

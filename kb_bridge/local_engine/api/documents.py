@@ -37,7 +37,8 @@ def get_document(doc_id: int) -> Response:
     version = request.args.get("version")
     if version is None:
         return _with_etag(store.get_document(doc_id, detail=True))
-    if not version.isdigit() or not 1 <= int(version) <= 2**31 - 1:
+    # ASCII digits only: str.isdigit also takes "²" (which int() refuses) and other scripts' digits.
+    if not (version.isascii() and version.isdigit() and len(version) <= 10) or not 1 <= int(version) <= 2**31 - 1:
         raise ValidationError("version must be a positive integer")
     return jsonify(store.get_version(doc_id, int(version)))
 
