@@ -10,7 +10,7 @@ import pytest
 from kb_bridge.local_engine.store.postgres import documents as pg_documents
 from kb_bridge.local_engine.store.sqlite import documents
 
-from kb_bridge.testing.engine_app import API, error_code
+from kb_bridge.testing.engine_app import API, error_code, upload
 
 # The engine API suite: every test here runs once per store (tests/engine/conftest.py).
 pytestmark = pytest.mark.both_stores
@@ -99,10 +99,20 @@ def test_a_bug_is_a_generic_500_with_the_traceback_only_in_the_log(
     assert any("secret internals" in str(record.exc_info[1]) for record in caplog.records if record.exc_info)
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b""])
+# Nested 100,000 deep: the JSON parser's RecursionError was a 500 (only ValueError was caught).
+DEEP = b'{"query": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b"", DEEP], ids=["text", "array", "empty", "deep"])
 def test_a_body_that_is_not_a_json_object_is_400(client: flask.testing.FlaskClient, body: bytes) -> None:
     response = client.post(f"{API}/search", data=body, content_type="application/json")
     assert response.status_code == 400 and error_code(response) == "bad_request"
+
+
+def test_a_multipart_tags_field_nested_100000_deep_is_422(client: flask.testing.FlaskClient) -> None:
+    response = upload(client, "deep.md", b"# Deep", tags="[" * 100_000 + "]" * 100_000)
+    assert response.status_code == 422 and error_code(response) == "validation_error"
+    assert response.json["error"]["message"].startswith("tags")
 
 
 def test_a_json_body_over_the_limit_is_413(make_app: Callable[..., flask.Flask]) -> None:

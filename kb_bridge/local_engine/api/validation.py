@@ -33,6 +33,8 @@ def json_object(max_bytes: int) -> dict[str, Any]:
         body = request.get_json(force=True, silent=False, cache=True)
     except WerkzeugBadRequest:
         raise BadRequest("the request body is not valid JSON") from None
+    except RecursionError:  # arrays or objects nested thousands deep; Werkzeug catches only ValueError
+        raise BadRequest("the request body nests too deeply to be read as JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
@@ -122,7 +124,7 @@ def form_tags(values: list[str]) -> tuple[str, ...]:
     if len(values) == 1 and values[0].lstrip().startswith("["):
         try:
             return tags(json.loads(values[0]))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
             raise ValidationError("tags: the field looks like a JSON array but is not valid JSON") from None
     return tags(values)
 
