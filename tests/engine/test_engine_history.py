@@ -102,6 +102,21 @@ def test_restored_versions_keep_their_numbers_below_the_current_one(client: Flas
     assert bad.status_code == 422 and "versions[0].title" in bad.json["error"]["message"]
 
 
+@pytest.mark.parametrize("updated_at", ["yesterday", "2026-02-30", 20260101, None])
+def test_a_restored_versions_updated_at_must_be_a_timestamp(client: FlaskClient, updated_at: object) -> None:
+    """Any string was stored and served as the version's updated_at ("yesterday")."""
+    note = add_note(client, "imported text, now")
+    good = {"version": 1, "title": "Old", "text": "imported text, before", "tags": [],
+            "updated_at": "2026-01-01T01:00:00+01:00"}
+    bad = client.put(f"{API}/documents/{note['id']}/versions",
+                     json={"versions": [good, {**good, "version": 2, "updated_at": updated_at}]})
+    assert bad.status_code == 422 and error_code(bad) == "validation_error", bad.json
+    assert bad.json["error"]["message"].startswith("versions[1].updated_at"), bad.json
+    assert client.put(f"{API}/documents/{note['id']}/versions", json={"versions": [good]}).status_code == 200
+    kept = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert kept[1]["updated_at"] == "2026-01-01T00:00:00.000Z"  # normalised like every stored time
+
+
 def _post(client: FlaskClient, text: str, scope: str = "collection:memory") -> flask.Response:
     return client.post(f"{API}/jobs", json={"text": text, "tags": [scope], "unique_in": scope})
 

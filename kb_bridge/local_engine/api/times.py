@@ -17,9 +17,12 @@ from ..errors import ValidationError
 BOUNDS = ("created_after", "created_before", "updated_after", "updated_before")
 
 
-def _timestamp(source: Mapping[str, Any], name: str) -> str | None:
+def timestamp(source: Mapping[str, Any], name: str, required: bool = False) -> str | None:
+    """An ISO-8601 field of a body or query string, normalised (clock.py); None when absent and not required."""
     value = source.get(name)
     if value is None or value == "":
+        if required:
+            raise ValidationError(f"{name} is required")
         return None
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be an ISO-8601 timestamp string")
@@ -29,7 +32,7 @@ def _timestamp(source: Mapping[str, Any], name: str) -> str | None:
 def time_bounds(source: Mapping[str, Any], updated_since: str | None = None) -> dict[str, str | None]:
     """The four bounds of a JSON body or query string (absent ones None). `updated_since`, the listing's
     older name for updated_after, narrows it further when both are given."""
-    bounds = {name: _timestamp(source, name) for name in BOUNDS}
+    bounds = {name: timestamp(source, name) for name in BOUNDS}
     if updated_since is not None:
         since = parse_iso(updated_since, "updated_since")
         after = bounds["updated_after"]
@@ -44,8 +47,8 @@ def time_bounds(source: Mapping[str, Any], updated_since: str | None = None) -> 
 def document_times(source: Mapping[str, Any]) -> dict[str, str]:
     """`created_at` and `updated_at` a new document keeps instead of the time its job finishes (import):
     created_at alone sets both; updated_at needs created_at and must not be earlier."""
-    created = _timestamp(source, "created_at")
-    updated = _timestamp(source, "updated_at")
+    created = timestamp(source, "created_at")
+    updated = timestamp(source, "updated_at")
     if updated is not None and created is None:
         raise ValidationError("updated_at needs created_at")
     if created is None:

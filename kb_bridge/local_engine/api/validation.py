@@ -15,6 +15,7 @@ from flask import request
 from werkzeug.exceptions import BadRequest as WerkzeugBadRequest
 
 from ..errors import BadRequest, UnsupportedMediaType, ValidationError
+from .times import timestamp
 
 MAX_TAG_CHARS = 200
 MAX_TAGS = 100
@@ -191,7 +192,7 @@ def versions(value: Any) -> list[dict[str, Any]]:
                 "title": string(item, "title", required=True, max_chars=MAX_TITLE_CHARS),
                 "text": string(item, "text", required=True),
                 "tags": list(tags(item.get("tags"))),
-                "updated_at": string(item, "updated_at", required=True, max_chars=40),
+                "updated_at": timestamp(item, "updated_at", required=True),
                 "changed_by": changed_by(item),
             })
         except ValidationError as exc:
