@@ -119,3 +119,19 @@ def test_a_json_body_over_the_limit_is_413(make_app: Callable[..., flask.Flask])
     client = make_app(max_json_bytes=2048).test_client()
     response = client.post(f"{API}/jobs", json={"text": "x" * 5000})
     assert response.status_code == 413 and error_code(response) == "payload_too_large"
+
+
+@pytest.mark.parametrize(("path", "fields", "named"), [
+    ("/jobs", {"text": "caf\udce9"}, "text"),
+    ("/jobs", {"text": "ok", "title": "\udcff"}, "title"),
+    ("/jobs", {"text": "ok", "tags": ["fine", "bad \ud800"]}, "tags[1]"),
+    ("/jobs", {"text": "ok", "source_path": "notes/\udcff.md"}, "source_path"),
+    ("/search", {"query": "\udcff"}, "query"),
+])
+def test_text_holding_a_lone_surrogate_is_422_naming_the_field(
+        client: flask.testing.FlaskClient, path: str, fields: dict[str, object], named: str) -> None:
+    """JSON may escape a lone surrogate ("\\udcff": bytes that were not UTF-8, decoded with surrogateescape,
+    as json.dumps writes them); such text cannot be encoded as UTF-8, which was a 500 (and clients retried)."""
+    response = client.post(f"{API}{path}", json=fields)
+    assert response.status_code == 422 and error_code(response) == "validation_error", response.json
+    assert response.json["error"]["message"].startswith(named), response.json

@@ -38,7 +38,34 @@ def json_object(max_bytes: int) -> dict[str, Any]:
         raise BadRequest("the request body nests too deeply to be read as JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    _check_unicode(body)
     return body
+
+
+def _check_unicode(body: dict[str, Any]) -> None:
+    """422 naming the first string (key or value) that holds a lone surrogate: JSON can escape one
+    ("\\udcff", bytes that were not UTF-8 decoded with surrogateescape) but no store can encode it as
+    UTF-8. Checked once here, so every field, nested ones too, is covered before anything encodes it.
+    A stack, not recursion: the parser allows nesting deeper than Python's stack here would."""
+    stack: list[tuple[str, Any]] = [(key, value) for key, value in reversed(body.items())]
+    while stack:
+        where, value = stack.pop()
+        if not _encodable(where):
+            raise ValidationError("a field name in the request body holds a lone surrogate (U+D800-U+DFFF)")
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}", item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{index}]", item) for index, item in reversed(list(enumerate(value))))
+        elif isinstance(value, str) and not _encodable(value):
+            raise ValidationError(f"{where} must be Unicode text: it holds a lone surrogate (U+D800-U+DFFF)")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def string(
