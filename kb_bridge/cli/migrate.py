@@ -2,9 +2,10 @@
 PostgreSQL, with the same document ids, versions, tags, chunks and vectors (nothing is re-embedded), and
 each note's history (its earlier versions, changed_by, its duplicate keys; engine 3.9).
 
-Resumable and idempotent: documents are copied in batches, each in one transaction, and a document whose
-id is already in the target is skipped, so running the command again after an interruption (or twice)
-copies only what is missing. At the end the counts of both stores are compared.
+Resumable and idempotent: documents are copied in batches, each in one transaction, and a document the
+target already holds (same id and content) is skipped, so running the command again after an interruption
+(or twice) copies only what is missing. A different document under the same id in the target is named and
+counted as skipped (exit status 1), never overwritten. At the end the counts of both stores are compared.
 
 The source is not trusted: it is checked whole before anything is written to PostgreSQL, and a file that is
 not a sound engine store is one line naming it. One document that PostgreSQL cannot hold (a NUL character an

@@ -4,8 +4,10 @@ kept earlier versions, who changed it (changed_by) and its duplicate keys (note_
 
 Two steps. `plan` checks everything before PostgreSQL is touched: the driver, the URL, and the source, which
 is not trusted (store/sqlite/export.py) and is checked whole; a ConfigError says what is wrong with which
-option. `run` copies in batches of BATCH documents, each in one transaction, skipping a document whose id is
-already in the target, so a rerun after an interruption (or a second run) copies only what is missing. One
+option. `run` copies in batches of BATCH documents, each in one transaction, skipping a document the target
+already holds (same id and content), so a rerun after an interruption (or a second run) copies only what is
+missing; a different document under the same id in the target is reported like a refused one, never
+overwritten nor counted as copied. One
 document PostgreSQL cannot hold (a NUL character an older engine took) never stops the copy: it is reported
 through `skipped` with the reason, and the rest is copied. A failure of the copy itself is an EngineError,
 and what was copied stays. The report compares the counts of both stores.
@@ -162,22 +164,30 @@ def _copy(target: Database, documents: Sequence[StoredDocument], with_vectors: b
     # size (ValueError). The target going away is StoreUnavailable, which stops the migration.
     refused = (psycopg.Error, ValueError, TypeError)
     try:
-        with target.write() as conn:
-            todo = importing.missing(conn, [d.id for d in documents])
-            importing.write(conn, [d for d in documents if d.id in todo], with_vectors)
-        return len(todo)
+        return _copy_new(target, documents, with_vectors, skip)
     except refused:
         pass
     copied = 0
     for document in documents:
         try:
-            with target.write() as conn:
-                if importing.missing(conn, [document.id]):
-                    importing.write(conn, [document], with_vectors)
-                    copied += 1
+            copied += _copy_new(target, [document], with_vectors, skip)
         except refused as exc:
             skip(document.id, importing.refused_because(exc))
     return copied
+
+
+def _copy_new(target: Database, documents: Sequence[StoredDocument], with_vectors: bool, skip: Skip) -> int:
+    """Copy, in one transaction, the documents the target does not hold yet. One whose id the target holds
+    with another document is skipped and reported (once the transaction commits): it is never overwritten,
+    nor taken for already copied."""
+    from .store.postgres import importing
+
+    with target.write() as conn:
+        todo, clashes = importing.sorted_out(conn, documents)
+        importing.write(conn, todo, with_vectors)
+    for document_id in clashes:
+        skip(document_id, "the target already holds a different document with this id (not this store's copy)")
+    return len(todo)
 
 
 def _reason(exc: BaseException) -> str:

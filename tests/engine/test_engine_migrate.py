@@ -113,6 +113,31 @@ def test_a_notes_history_changed_by_and_duplicate_key_come_along(make_app: Calla
                                         "unique_in": "collection:memory"}).status_code == 202
 
 
+def test_a_target_holding_other_documents_with_the_same_ids_fails_naming_them(
+        make_app: Callable[..., flask.Flask], tmp_path: Path, postgres_server: PostgresServer) -> None:
+    """A document whose id the target already holds was skipped as "already copied" whatever it held, and
+    the report said ok (the target's own documents made up the counts): the source's document was dropped
+    without a word. Only the same document (a resumed run) is skipped now; another one is reported."""
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None).test_client()
+    clash = add_note(source, "the source's first note: herons")
+    fresh = add_note(source, "the source's second note: egrets")
+    url = postgres_server.new_database()
+    target = make_app(data_dir=tmp_path / "pg", database_url=url).test_client()
+    other = add_note(target, "the target's own first note: bitterns")
+    assert other["id"] == clash["id"]
+
+    code, report, err = migrate(data, url)
+    assert code == 1 and report["ok"] is False, (report, err)
+    assert report["skipped"] == [{"id": clash["id"], "reason": report["skipped"][0]["reason"]}]  # type: ignore[index]
+    assert "different document" in report["skipped"][0]["reason"]  # type: ignore[index]
+    assert f"document {clash['id']} skipped" in err
+    assert target.get(f"{API}/documents/{other['id']}").json["content"] == "the target's own first note: bitterns"
+    assert report["copied"] == 1 and target.get(f"{API}/documents/{fresh['id']}").status_code == 200
+    code, again, _ = migrate(data, url)  # a rerun says the same, copies nothing more
+    assert code == 1 and again["copied"] == 0 and again["skipped"] == report["skipped"]
+
+
 def test_migrate_refuses_a_directory_without_a_store(tmp_path: Path) -> None:
     code, _, err = migrate(tmp_path, "postgresql://kb@127.0.0.1/kb")
     assert code == 2 and "--from-sqlite" in err

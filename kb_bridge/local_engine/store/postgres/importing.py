@@ -1,7 +1,7 @@
 """Writing whole documents into the PostgreSQL store with their ids, versions and vectors, and a note's
 history (its kept earlier versions, who changed it, its duplicate keys: engine 3.9), for `kb-bridge migrate`
-(local_engine/migration.py). Idempotent: a document whose id is already there is skipped, so an interrupted
-migration is resumed by running it again.
+(local_engine/migration.py). Idempotent: a document already there with its id is skipped, so an interrupted
+migration is resumed by running it again; another document with that id is a clash (`sorted_out`).
 """
 
 from __future__ import annotations
@@ -60,9 +60,15 @@ def refused_because(exc: BaseException) -> str:
     return f"PostgreSQL refused it ({type(exc).__name__}{f', SQLSTATE {sqlstate}' if sqlstate else ''})"
 
 
-def missing(conn: Any, document_ids: Sequence[int]) -> set[int]:
-    present = {int(r[0]) for r in conn.execute("SELECT id FROM documents WHERE id = ANY(%s)", (list(document_ids),))}
-    return set(document_ids) - present
+def sorted_out(conn: Any, documents: Sequence[StoredDocument]) -> tuple[list[StoredDocument], list[int]]:
+    """The documents whose ids the target does not hold yet (to copy), and the ids it holds with another
+    document (clashes). A document already there as copied (same type, content digest, version and creation
+    time: a resumed run) is neither."""
+    held = {int(r[0]): tuple(r[1:]) for r in conn.execute(
+        "SELECT id, doc_type, sha256, version, created_at FROM documents WHERE id = ANY(%s)",
+        ([d.id for d in documents],))}
+    clashes = [d.id for d in documents if d.id in held and held[d.id] != (d.doc_type, d.sha256, d.version, d.created_at)]
+    return [d for d in documents if d.id not in held], clashes
 
 
 def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) -> None:
