@@ -204,3 +204,35 @@ def test_a_stored_time_the_index_cannot_read_neither_stops_later_jobs_nor_the_ne
     assert sorted(hit["document_id"] for hit in found["results"]) == sorted([legacy["id"], after["id"]])
     bounded = search(restarted, query="charter", mode="fts", created_after="0001-01-01")
     assert [hit["document_id"] for hit in bounded["results"]] == [after["id"]]
+
+
+def test_times_an_older_engine_wrote_with_a_short_year_are_repaired_at_the_next_start(
+        make_app: Any, store: str) -> None:
+    """The schema migration after the fix rewrites "999-06-01T…" (documents' times and kept versions') in four
+    digits: served, sorted and filtered like any other time, in listings and in the text index."""
+    from kb_bridge.local_engine.store.postgres import schema as postgres_schema
+    from kb_bridge.local_engine.store.sqlite import schema as sqlite_schema
+
+    app = make_app()
+    client = app.test_client()
+    ancient = add_note(client, "A charter sealed by the abbot.", created_at="0999-06-01")
+    assert client.patch(f"{API}/notes/{ancient['id']}", json={"title": "Charter"}).status_code == 200
+    recent = add_note(client, "A charter sealed by the mayor.", created_at="2001-01-01")
+    with engine_of(app).store.db.write() as conn:  # type: ignore[attr-defined]
+        # As an engine before the fix left them, at the schema version before the repair.
+        conn.execute("UPDATE documents SET created_at = '999-06-01T00:00:00.000Z' "
+                     f"WHERE id = {ancient['id']}")
+        conn.execute("UPDATE document_versions SET updated_at = '999-06-01T00:00:00.000Z'")
+        if store == "sqlite":
+            conn.execute(f"PRAGMA user_version = {sqlite_schema.LATEST_VERSION - 1}")
+        else:
+            conn.execute(f"UPDATE kb_schema SET version = {postgres_schema.LATEST_VERSION - 1}")
+    engine_of(app).close()
+
+    restarted = make_app().test_client()
+    repaired = restarted.get(f"{API}/documents/{ancient['id']}?version=1").json
+    assert (repaired["created_at"], repaired["updated_at"]) == ("0999-06-01T00:00:00.000Z",) * 2
+    assert listed(restarted, created_before="1000-01-01") == [ancient["id"]]
+    assert listed(restarted, created_after="1000-01-01") == [recent["id"]]
+    found = search(restarted, query="charter", mode="fts", created_before="1000-01-01")
+    assert [hit["document_id"] for hit in found["results"]] == [ancient["id"]]

@@ -187,6 +187,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         "WHEN (OLD.created_at IS DISTINCT FROM NEW.created_at OR OLD.updated_at IS DISTINCT FROM NEW.updated_at) "
         "EXECUTE FUNCTION kb_log_document_times()",
     )),
+    Migration(8, "times before year 1000 written with four digits, as every other year (clock.format_iso)", (
+        # Engines before this one wrote year 999 as "999-…" (strftime's %Y, unpadded): such a time neither
+        # sorted with the rest nor parsed back. The trigger of version 7 logs each repaired document, and
+        # the log rows are sealed here as index_log.seal does (a migration is no db.write), so every
+        # replica's text index files the document under its time again.
+        *(f"UPDATE {table} SET {column} = lpad(split_part({column}, '-', 1), 4, '0') || "
+          f"substr({column}, strpos({column}, '-')) WHERE {column} ~ '^[0-9]{{1,3}}-'"
+          for table, column in (("documents", "created_at"), ("documents", "updated_at"),
+                                ("document_versions", "updated_at"))),
+        "UPDATE index_log_head SET seq = seq + 1 WHERE EXISTS (SELECT 1 FROM index_log WHERE seq IS NULL)",
+        "UPDATE index_log SET seq = (SELECT seq FROM index_log_head) WHERE seq IS NULL",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -215,6 +215,17 @@ MIGRATIONS: tuple[Migration, ...] = (
          "WHEN old.created_at IS NOT new.created_at OR old.updated_at IS NOT new.updated_at BEGIN "
          "INSERT INTO index_log (kind, id) VALUES ('document', new.id); END",),
     ),
+    Migration(
+        10,
+        "times before year 1000 written with four digits, as every other year (clock.format_iso)",
+        # Engines before this one wrote year 999 as "999-…" (strftime's %Y, unpadded): such a time neither
+        # sorted with the rest nor parsed back. The trigger of version 9 logs each repaired document for
+        # the text index, which then files it under its time again.
+        tuple(f"UPDATE {table} SET {column} = substr('000', 1, 5 - instr({column}, '-')) || {column} "
+              f"WHERE {column} GLOB '[0-9]-*' OR {column} GLOB '[0-9][0-9]-*' OR {column} GLOB '[0-9][0-9][0-9]-*'"
+              for table, column in (("documents", "created_at"), ("documents", "updated_at"),
+                                    ("document_versions", "updated_at"))),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
