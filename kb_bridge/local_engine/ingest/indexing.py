@@ -7,6 +7,7 @@ stored with a vector reuses it: the model read the same input.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# How often a PATCH that leaves a field out reads the note again after another update overtook it.
-UPDATE_ATTEMPTS = 10
+# How often a PATCH that leaves a field out is tried when other updates overtake it (only another
+# replica's can, after the first: see update_note).
+UPDATE_ATTEMPTS = 5
 
 
 class Indexer:
@@ -82,24 +84,29 @@ class Indexer:
 
         `if_match` is the versions the client accepts (from If-Match; "*" accepts any), or None for no
         condition. Checked before the (slow) embedding and again by the store when it writes.
+
+        A field left out is the one read here, before the store's lock: the write is conditional on the
+        version read (else a title-only update would write back an older text). An update overtaken that
+        way is read and prepared again, holding off this process's other writes the while, so that it cannot
+        be overtaken again but by another replica.
         """
+        overtaken = False
         for _ in range(UPDATE_ATTEMPTS):
-            current = self.store.get_document(doc_id, detail=True)
-            check_note(current["doc_type"], current["version"], doc_id, if_match)
-            new_text = text if text is not None else str(current["content"])
-            new_title = title if title is not None else str(current["title"])
-            if title is None and text is not None and current["title"] == derive_title(str(current["content"])):
-                new_title = derive_title(text)  # the title was derived from the old text: derive it anew
-            prepared = self.prepare(new_title, new_text, "note")
-            # A field left out is the one read above, before the store's lock: it holds only if the note is
-            # still at that version when written (else a title-only update would write back an older text).
-            guard = if_match if text is not None and title is not None else {str(current["version"])}
-            try:
-                return self.store.replace_note(doc_id, new_title, new_text, prepared, guard, now_iso(), changed_by)
-            except PreconditionFailed:
-                if guard is if_match:
-                    raise
-                # Changed meanwhile: read it again (the client's If-Match is checked against the new version).
+            with self.store.writes_held() if overtaken else contextlib.nullcontext():
+                current = self.store.get_document(doc_id, detail=True)
+                check_note(current["doc_type"], current["version"], doc_id, if_match)
+                new_text = text if text is not None else str(current["content"])
+                new_title = title if title is not None else str(current["title"])
+                if title is None and text is not None and current["title"] == derive_title(str(current["content"])):
+                    new_title = derive_title(text)  # the title was derived from the old text: derive it anew
+                prepared = self.prepare(new_title, new_text, "note")
+                guard = if_match if text is not None and title is not None else {str(current["version"])}
+                try:
+                    return self.store.replace_note(doc_id, new_title, new_text, prepared, guard, now_iso(), changed_by)
+                except PreconditionFailed:
+                    if guard is if_match:
+                        raise
+                    overtaken = True  # the client's If-Match is checked against the new version next time
         raise Conflict(f"note {doc_id} kept changing while this update was prepared; send it again")
 
     def backfill(self, embedder: Embedder, limit: int) -> int:

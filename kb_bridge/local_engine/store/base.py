@@ -12,6 +12,7 @@ serialises them, plus the few typed values below.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import unicodedata
@@ -297,6 +298,9 @@ class Store(Protocol):
     def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]: ...
 
     def delete_document(self, doc_id: int) -> None: ...
+
+    def writes_held(self) -> contextlib.AbstractContextManager[object]:
+        """Hold off this process's other writes to the store for the block (its writes may run in it)."""
 
     def replace_note(
         self, doc_id: int, title: str, text: str, chunks: PreparedChunks, if_match: Collection[str] | None, now: str,

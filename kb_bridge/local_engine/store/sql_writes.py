@@ -43,6 +43,9 @@ class SqlWrites:
             with self.db.write() as conn:
                 self.sql_documents.write_meta(conn, key, value)
 
+    def writes_held(self) -> contextlib.AbstractContextManager[object]:
+        return self._write_lock
+
     @contextlib.contextmanager
     def _changing(self) -> Iterator[Any]:
         """A write transaction after which the derived indexes catch up (so it returns searchable)."""
