@@ -110,44 +110,29 @@ async def test_16_injected_instructions_in_stored_text_are_returned_as_data(clie
 ADDNOTE = ArgumentValidator(next(t for t in tools.ALL_TOOLS if t.name == "kb_addnote").input_schema)
 
 
-@pytest.mark.parametrize(
-    ("arguments", "field"),
-    [
-        ({"text": "a\x00b"}, "text"),
-        ({"text": "ok", "title": "\x00"}, "title"),
-        ({"text": "ok", "source_path": "notes/\x00.md"}, "source_path"),
-        ({"text": "ok", "tags": ["fine", "bad\x00"]}, "tags[1]"),
-    ],
-)
-def test_a_nul_character_is_refused_naming_the_field(arguments: dict, field: str) -> None:
-    """No store can keep U+0000 in text (PostgreSQL cannot): the agent hears which field before any engine call."""
+@pytest.mark.parametrize(("bad", "said"), [
+    ("\x00", "U+0000"),  # no store can keep it in text (PostgreSQL cannot)
+    ("\udce9", "lone surrogate"),  # b"\xe9" read with surrogateescape, as argv and stdin are: UTF-8 cannot hold it
+])
+@pytest.mark.parametrize(("arguments", "field"), [
+    ({"text": "caf{}"}, "text"),
+    ({"text": "ok", "title": "{}"}, "title"),
+    ({"text": "ok", "source_path": "notes/{}.md"}, "source_path"),
+    ({"text": "ok", "tags": ["fine", "bad{}"]}, "tags[1]"),
+])
+def test_a_character_no_store_keeps_is_refused_naming_the_field(bad: str, said: str, arguments: dict, field: str) -> None:
+    """Refused before any engine call, naming the field, in every string argument."""
+    placed = {k: ([t.format(bad) for t in v] if isinstance(v, list) else v.format(bad)) for k, v in arguments.items()}
     with pytest.raises(InvalidArgument) as caught:
-        ADDNOTE.check(arguments)
+        ADDNOTE.check(placed)
     assert caught.value.details["field"] == field
-    assert "U+0000" in caught.value.message
+    assert said in caught.value.message
     with pytest.raises(InvalidArgument) as caught:
-        SEARCH.check({"query": "herons\x00"})
+        SEARCH.check({"query": f"herons{bad}"})
     assert caught.value.details["field"] == "query"
 
 
-@pytest.mark.parametrize(
-    ("arguments", "field"),
-    [
-        ({"text": "caf\udce9"}, "text"),  # b"caf\xe9" read with surrogateescape, as argv and stdin are
-        ({"text": "ok", "title": "\ud800"}, "title"),
-        ({"text": "ok", "source_path": "notes/\udfff.md"}, "source_path"),
-        ({"text": "ok", "tags": ["fine", "bad\udcff"]}, "tags[1]"),
-    ],
-)
-def test_a_lone_surrogate_is_refused_naming_the_field(arguments: dict, field: str) -> None:
-    """UTF-8 cannot hold one, so no engine request can: refused before any engine call, naming the field."""
-    with pytest.raises(InvalidArgument) as caught:
-        ADDNOTE.check(arguments)
-    assert caught.value.details["field"] == field
-    assert "lone surrogate" in caught.value.message
-    with pytest.raises(InvalidArgument) as caught:
-        SEARCH.check({"query": "herons\udce9"})
-    assert caught.value.details["field"] == "query"
+def test_a_pair_of_surrogates_is_one_character_and_accepted() -> None:
     ADDNOTE.check({"text": "\U0001f426 a pair of surrogates in UTF-16, one character here", "title": "é"})
 
 

@@ -262,14 +262,20 @@ def test_7_saving_a_note_of_the_largest_size_from_the_console_still_works(keyles
     """A note at the tools' maximum (1,000,000 characters), even of 4-byte characters (12 MB once
     percent-encoded in the form), is saved: the door's form limit is sized for it."""
     with sign_in(keyless) as session:
-        page = session.get(f"{keyless.url}/ui/documents/{NOTE_ID}", timeout=10)
-        assert page.status_code == 200, page.text
-        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-        assert csrf
         saved = session.post(f"{keyless.url}/ui/documents/{NOTE_ID}", allow_redirects=False, timeout=60,
-                             data={"csrf_token": csrf.group(1), "version": "1", "text": character * MAX_NOTE_CHARS})
+                             data={"csrf_token": form_token(session, f"{keyless.url}/ui/documents/{NOTE_ID}"),
+                                   "version": "1", "text": character * MAX_NOTE_CHARS})
     assert saved.status_code == 302 and saved.headers["location"].endswith("saved=1"), saved.text[:500]
     assert f"PATCH /api/v1/notes/{NOTE_ID}" in engine.received
+
+
+def form_token(session: requests.Session, page_url: str) -> str:
+    """The CSRF token of the console form at `page_url`."""
+    page = session.get(page_url, timeout=10)
+    assert page.status_code == 200, page.text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert csrf
+    return csrf.group(1)
 
 
 @pytest.mark.parametrize("character", ["é", "\U0001f426"])
@@ -278,12 +284,8 @@ def test_7_a_new_note_of_the_largest_size_from_the_console_is_sent(keyless: Serv
     """The New note form takes the same largest note as saving one: it was held to a small form's 1 MiB, so a
     note kb_addnote takes (a million characters, 6 or 12 MB once percent-encoded) was refused 413 at the door."""
     with sign_in(keyless) as session:
-        page = session.get(f"{keyless.url}/ui/notes/new", timeout=10)
-        assert page.status_code == 200, page.text
-        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-        assert csrf
         sent = session.post(f"{keyless.url}/ui/notes/new", allow_redirects=False, timeout=60,
-                            data={"csrf_token": csrf.group(1), "title": "Largest", "collection": "memory", "tags": "",
-                                  "text": character * MAX_NOTE_CHARS})
+                            data={"csrf_token": form_token(session, f"{keyless.url}/ui/notes/new"), "title": "Largest",
+                                  "collection": "memory", "tags": "", "text": character * MAX_NOTE_CHARS})
     assert sent.status_code == 302 and sent.headers["location"].endswith(f"/ui/jobs/{NEW_NOTE_JOB}"), sent.text[:500]
     assert "POST /api/v1/jobs" in engine.received
