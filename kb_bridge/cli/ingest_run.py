@@ -5,7 +5,7 @@ each is indexed), then what they replace and what --prune removes; `outcomes` sa
 - every upload carries an Idempotency-Key made of the source_path, the content's SHA-256 and the documents
   it replaces, so a rerun after Ctrl-C or a lost connection gets the job already queued instead of a second
   document, while content that returns to an earlier version (edit A -> B -> A) is a new attempt with a new
-  key. The engine answers a key with its job for 24 h: a job that comes back over (cancelled, or its
+  key. The engine answers a key with its job for 24 h: a job that comes back over (cancelled, failed, or its
   document deleted or moved since, as --prune does) belongs to an earlier attempt, and the file is uploaded
   again under a key that names that job (the same chain on every rerun, so a retry still finds its own job);
 - a job cancelled while the run waits (the bridge's tasks/cancel, the console) is final: the file is reported
@@ -184,9 +184,10 @@ class Ingestion:
         self._pending.append(_Pending(step, int(job["id"])))
 
     def _over(self, step: Step, job: dict[str, Any]) -> bool:
-        """Whether the engine answered an earlier attempt's job that cannot stand for this one: cancelled (a
-        new upload is never answered so), or done but its document no longer holds the file where it belongs."""
-        if job["status"] == "cancelled":
+        """Whether the engine answered an earlier attempt's job that cannot stand for this one: cancelled or
+        failed (a new upload is never answered so: each run tries a failed file again, whose cause may have
+        passed), or done but its document no longer holds the file where it belongs."""
+        if job["status"] in ("cancelled", "failed"):
             return True
         return job["status"] == "done" and not self._holds(step, job.get("document_id"))
 

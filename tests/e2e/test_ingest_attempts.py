@@ -148,3 +148,20 @@ def test_a_job_cancelled_while_the_run_waits_is_reported_and_a_rerun_stores_the_
     assert code == 0 and (report["added"], report["skipped"], report["cancelled"]) == (1, 1, 0), report
     assert {doc["source_path"] for doc in documents(held.url, "cancels")} == {"queue/kept.md", "queue/cancelled.md"}
     assert fts(held.url, "shorelark", "cancels")
+
+
+def test_a_failed_file_is_tried_again_by_the_next_run(engine: Service, tmp_path: Path) -> None:
+    """A file whose job failed is uploaded again by the next run (its cause may have passed: an engine short of
+    memory, a parser fixed), not answered with the failed job for the Idempotency-Key's 24 hours."""
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really a pdf")
+
+    def jobs_of_the_file() -> list[int]:
+        jobs = api(engine.url, "GET", "/jobs", params={"status": "failed", "limit": 100})["jobs"]
+        return sorted(job["id"] for job in jobs if job.get("filename") == "broken.pdf")
+
+    for attempt in (1, 2):
+        code, report = ingest_json(engine.url, tmp_path, str(folder), "--collection", "retries")
+        assert code == 1 and report["failures"][0]["source_path"] == "papers/broken.pdf", report
+        assert len(jobs_of_the_file()) == attempt  # a new job each run: the file was sent again
