@@ -26,6 +26,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from kb_bridge.asgi_messages import ASGIApp, Receive, Scope, Send, header, send_json
 from kb_bridge.settings import Settings
 from kb_bridge.tools.arguments import NOTE_TEXT
+from kb_bridge.web import console
 
 MIB = 1024 * 1024
 # The console's small forms (sign-in with a token, a JWT included; sign-out; delete): far below this.
@@ -65,7 +66,7 @@ class BodyLimits:
             return self.upload
         if _NOTE_FORMS.fullmatch(path):
             return NOTE_FORM_BYTES
-        if path == "/ui" or path.startswith("/ui/"):
+        if console.serves(path):
             return FORM_BYTES
         return 0  # /healthz, /readyz, /metrics, the OAuth metadata, and every path that does not exist
 
