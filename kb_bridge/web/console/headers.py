@@ -11,6 +11,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
 from kb_bridge.errors import KbError
+from kb_bridge.web.console import PREFIX
 from kb_bridge.web.console.guard import COOKIE
 from kb_bridge.web.console.state import blueprint, wants_json
 
@@ -21,7 +22,7 @@ REFUSED = (400, 401, 403, 404, 405, 413)
 @blueprint.after_request
 def headers(response: Response) -> Response:
     if getattr(g, "session_ended", False):
-        response.delete_cookie(COOKIE, path="/ui")
+        response.delete_cookie(COOKIE, path=PREFIX)
     response.headers.setdefault("Cache-Control", "no-store")
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"

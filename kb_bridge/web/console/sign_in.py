@@ -12,6 +12,7 @@ from flask import Response, abort, g, redirect, render_template, request, url_fo
 from flask.typing import ResponseReturnValue
 
 from kb_bridge.auth.principal import ANONYMOUS, Principal
+from kb_bridge.web.console import PREFIX
 from kb_bridge.web.console.guard import COOKIE
 from kb_bridge.web.console.state import blueprint, current_console, secure
 from kb_bridge.web.console.validity import token_expiry
@@ -42,8 +43,8 @@ def sign_in() -> ResponseReturnValue:
     session = console.sessions.start(found, kept, expires)
     response = redirect(url_for("console.search"))
     response.set_cookie(COOKIE, session.id, max_age=max(1, int(session.expires - time.time())), httponly=True,
-                        samesite="Strict", secure=secure(), path="/ui")
-    response.delete_cookie(PRE_COOKIE, path="/ui")
+                        samesite="Strict", secure=secure(), path=PREFIX)
+    response.delete_cookie(PRE_COOKIE, path=PREFIX)
     return response
 
 
@@ -65,7 +66,7 @@ def _sign_in_page(error: str | None) -> Response:
     token = secrets.token_urlsafe(24)
     response = Response(render_template("sign_in.html", title="Sign in", error=error, signin_csrf=token,
                                         open_bridge=not current_console().authenticator.enabled))
-    response.set_cookie(PRE_COOKIE, token, max_age=3600, httponly=True, samesite="Strict", secure=secure(), path="/ui")
+    response.set_cookie(PRE_COOKIE, token, max_age=3600, httponly=True, samesite="Strict", secure=secure(), path=PREFIX)
     return response
 
 
@@ -73,5 +74,5 @@ def _sign_in_page(error: str | None) -> Response:
 def sign_out() -> ResponseReturnValue:
     current_console().sessions.end(g.session.id)
     response = redirect(url_for("console.sign_in"))
-    response.delete_cookie(COOKIE, path="/ui")
+    response.delete_cookie(COOKIE, path=PREFIX)
     return response
