@@ -135,3 +135,22 @@ def test_text_holding_a_lone_surrogate_is_422_naming_the_field(
     response = client.post(f"{API}{path}", json=fields)
     assert response.status_code == 422 and error_code(response) == "validation_error", response.json
     assert response.json["error"]["message"].startswith(named), response.json
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "+1", " 1", "1e3", "1" * 5000])
+@pytest.mark.parametrize(("path", "name"), [("/documents", "limit"), ("/documents", "offset"), ("/jobs", "limit")])
+def test_a_query_number_that_is_not_ascii_digits_is_422_naming_it(
+        client: flask.testing.FlaskClient, path: str, name: str, value: str) -> None:
+    """Every query parameter's number is read as ?version= is: int() took "٣", "+1" and " 1", and
+    raised past 4,300 digits (a 500)."""
+    response = client.get(f"{API}{path}", query_string={name: value})
+    assert response.status_code == 422 and error_code(response) == "validation_error", response.json
+    assert response.json["error"]["message"].startswith(name), response.json
+
+
+def test_a_query_number_with_leading_zeros_is_read_as_its_value(client: flask.testing.FlaskClient) -> None:
+    for text in ("first", "second", "third"):
+        client.post(f"{API}/jobs", json={"text": text})
+    assert len(client.get(f"{API}/jobs", query_string={"limit": "0002"}).json["jobs"]) == 2
+    huge_zeros = client.get(f"{API}/jobs", query_string={"limit": "0" * 5000 + "1"})
+    assert huge_zeros.status_code == 200 and len(huge_zeros.json["jobs"]) == 1

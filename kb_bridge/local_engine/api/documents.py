@@ -37,10 +37,7 @@ def get_document(doc_id: int) -> Response:
     version = request.args.get("version")
     if version is None:
         return _with_etag(store.get_document(doc_id, detail=True))
-    # ASCII digits only: str.isdigit also takes "²" (which int() refuses) and other scripts' digits.
-    if not (version.isascii() and version.isdigit() and len(version) <= 10) or not 1 <= int(version) <= 2**31 - 1:
-        raise ValidationError("version must be a positive integer")
-    return jsonify(store.get_version(doc_id, int(version)))
+    return jsonify(store.get_version(doc_id, validation.query_number("version", version, 1, 2**31 - 1)))
 
 
 @blueprint.get("/api/v1/documents/<id:doc_id>/versions")

@@ -164,16 +164,22 @@ def arg_string(name: str) -> str | None:
 
 
 def arg_int(name: str, default: int, low: int, high: int) -> int:
+    """A query parameter's whole number; absent or empty is `default`."""
     text = request.args.get(name)
     if text is None or text == "":
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValidationError(f"{name} must be an integer") from None
-    if not low <= value <= high:
+    return query_number(name, text, low, high)
+
+
+def query_number(name: str, text: str, low: int, high: int) -> int:
+    """A whole number written in ASCII digits, within [low, high]. int() alone would also take "+3", " 3 " and
+    other scripts' digits ("٣"), and str.isdigit takes "²", which int() refuses."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValidationError(f"{name} must be an integer")
+    digits = text.lstrip("0") or "0"  # so that int() is never asked for more digits than `high` has
+    if len(digits) > len(str(high)) or not low <= int(digits) <= high:
         raise ValidationError(f"{name} must be between {low} and {high}")
-    return value
+    return int(digits)
 
 
 def page_args(default_limit: int = 50, max_limit: int = 500) -> tuple[int, int]:
