@@ -1,6 +1,7 @@
 """The console's browser tests' shared steps (tests/e2e/test_console*.py): Debian's chromium under
 Playwright (its own browser download is never used), signing in through the form, and moving focus with
-the Tab key alone. Playwright is imported where it is used, so that this module imports without it."""
+the Tab key alone, and axe-core's accessibility check. Playwright is imported where it is used, so that this module
+imports without it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kb_bridge.testing.processes import require
+from kb_bridge.testing.processes import REPO, require
+
+# axe-core comes with the TypeScript tests' pinned node packages (tests/ts/package.json).
+AXE = REPO / "tests" / "ts" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @contextmanager
@@ -41,3 +45,18 @@ def tab_to(page: Any, selector: str, presses: int) -> None:
         if page.evaluate("(s) => document.activeElement && document.activeElement.matches(s)", selector):
             return
     raise AssertionError(f"Tab never reached {selector}")
+
+
+def axe_violations(page: Any, ui: str, paths: list[str]) -> dict[str, list[str]]:
+    """axe-core's serious and critical violations on each console page, by path ({} when there are none).
+    The page's context must bypass the console's CSP to have axe-core injected (the CSP stays as served)."""
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        page.goto(ui + path)
+        page.add_script_tag(path=str(AXE))
+        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        bad = [f"{v['id']} ({v['impact']}): {v['help']}" for v in result["violations"]
+               if v["impact"] in ("serious", "critical")]
+        if bad:
+            found[path] = bad
+    return found

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from kb_bridge.testing.browser import sign_in, tab_to
+from kb_bridge.testing.browser import axe_violations, sign_in, tab_to
 from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import error_code, modern_call
@@ -29,7 +29,6 @@ READER = "console-reader-token-0123456789abcdef"
 SUFFIX = str(os.getpid())
 COLLECTION = f"console-{SUFFIX}"
 MARKER = f"lapwing{SUFFIX}"
-AXE = REPO / "tests" / "ts" / "node_modules" / "axe-core" / "axe.min.js"
 DOCS = REPO / "docs"
 
 
@@ -290,15 +289,7 @@ def pages_to_check(console: Console, document_id: int) -> list[str]:
 def test_no_serious_or_critical_axe_violations(browser: Any, console: Console) -> None:
     document_id = console.add_note(f"Godwits fly non-stop across the Pacific {SUFFIX}.", f"Godwit {SUFFIX}")
     page = signed_in(browser, console, bypass_csp=True)  # to inject axe-core; the console's own CSP stays as served
-    found: dict[str, list[str]] = {}
-    for path in pages_to_check(console, document_id):
-        page.goto(console.ui + path)
-        page.add_script_tag(path=str(AXE))
-        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-        bad = [f"{v['id']} ({v['impact']}): {v['help']}" for v in result["violations"] if v["impact"] in ("serious", "critical")]
-        if bad:
-            found[path] = bad
-    assert found == {}
+    assert axe_violations(page, console.ui, pages_to_check(console, document_id)) == {}
 
 
 def test_readable_at_phone_width_without_horizontal_scrolling(browser: Any, console: Console) -> None:

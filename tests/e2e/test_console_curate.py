@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from kb_bridge.testing.browser import sign_in, tab_to
+from kb_bridge.testing.browser import axe_violations, sign_in, tab_to
 from kb_bridge.testing.console import ConsoleClient
 from kb_bridge.testing.mcp_http import modern_call
 from kb_bridge.testing.processes import ENGINE_KEY, REPO, Service, start_bridge, wait_until
@@ -31,7 +31,6 @@ LIMITED = "curate-limited-token-0123456789abcdef"
 SUFFIX = str(os.getpid())
 HOME = f"curate-{SUFFIX}"  # the limited token's one collection
 AWAY = f"away-{SUFFIX}"  # a collection it may not see
-AXE = REPO / "tests" / "ts" / "node_modules" / "axe-core" / "axe.min.js"
 ENGINE_AUTH = {"Authorization": f"Bearer {ENGINE_KEY}"}
 
 
@@ -307,15 +306,7 @@ def curating_pages(console: Console) -> list[str]:
 
 def test_no_serious_or_critical_axe_violations(browser: Any, console: Console) -> None:
     page = signed_in(browser, console, bypass_csp=True)  # to inject axe-core; the console's own CSP stays as served
-    found: dict[str, list[str]] = {}
-    for path in curating_pages(console):
-        page.goto(console.ui + path)
-        page.add_script_tag(path=str(AXE))
-        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-        bad = [f"{v['id']} ({v['impact']}): {v['help']}" for v in result["violations"] if v["impact"] in ("serious", "critical")]
-        if bad:
-            found[path] = bad
-    assert found == {}
+    assert axe_violations(page, console.ui, curating_pages(console)) == {}
 
 
 def test_readable_at_phone_width_without_horizontal_scrolling(browser: Any, console: Console) -> None:

@@ -17,9 +17,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from kb_bridge.testing.browser import sign_in, tab_to
+from kb_bridge.testing.browser import axe_violations, sign_in, tab_to
 from kb_bridge.testing.mcp_http import modern_call
-from kb_bridge.testing.processes import ENGINE_KEY, REPO, Service, start_bridge, wait_until
+from kb_bridge.testing.processes import ENGINE_KEY, Service, start_bridge, wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -30,7 +30,6 @@ SUFFIX = str(os.getpid())
 MARK = f"sandwichtern{SUFFIX}"  # one word that only this module's notes hold
 PAGED = f"oystercatcher{SUFFIX}"
 OURS, THEIRS, MANY = f"terns-{SUFFIX}", f"gulls-{SUFFIX}", f"waders-{SUFFIX}"
-AXE = REPO / "tests" / "ts" / "node_modules" / "axe-core" / "axe.min.js"
 FILLER = "Shore birds feed along the tideline while the water falls and rises again. " * 14
 
 
@@ -209,16 +208,7 @@ def test_no_serious_axe_violations_and_readable_at_390_px(browser: Any, site: Si
     paths = [f"/search?q={MARK}&mode=fts", f"/search?q={PAGED}&collection={MANY}&mode=fts&page=2",
              f"/search?q={MARK}&since=last+tuesday", "/search"]
     page = signed_in(browser, site, bypass_csp=True)  # to inject axe-core; the console's own CSP stays as served
-    found: dict[str, list[str]] = {}
-    for path in paths:
-        page.goto(site.ui + path)
-        page.add_script_tag(path=str(AXE))
-        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-        bad = [f"{v['id']} ({v['impact']}): {v['help']}" for v in result["violations"]
-               if v["impact"] in ("serious", "critical")]
-        if bad:
-            found[path] = bad
-    assert found == {}
+    assert axe_violations(page, site.ui, paths) == {}
     phone = signed_in(browser, site, viewport={"width": 390, "height": 844}, is_mobile=True)
     for path in paths:
         phone.goto(site.ui + path)
