@@ -166,6 +166,11 @@ def _tags(raw: Mapping[str, Any]) -> tuple[str | None, list[str]]:
     return collection_tags.split(t for t in tags if isinstance(t, str))
 
 
+def document_collection(raw: Mapping[str, Any]) -> str | None:
+    """The collection an engine's document (or one of its versions) is tagged into, if any."""
+    return _tags(raw)[0]
+
+
 def document(raw: Any, *, full: bool = False) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise EngineBadResponse()

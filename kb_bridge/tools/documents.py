@@ -32,7 +32,7 @@ def get(ctx: ToolContext, args: GetArguments) -> Result:
     if args.document_id is not None:
         raw = reach.visible_document(ctx.engine, ctx.principal, args.document_id)
         if args.version is not None and args.version != raw.get("version"):
-            raw = ctx.engine.get_version(args.document_id, args.version)
+            raw = reach.visible_version(ctx.engine, ctx.principal, args.document_id, args.version)
         document = shapes.document(raw, full=True)
         document["versions"] = _versions(ctx, document)
         return {"documents": [document]}
@@ -45,11 +45,12 @@ def get(ctx: ToolContext, args: GetArguments) -> Result:
 
 
 def _versions(ctx: ToolContext, document: Result) -> list[dict[str, object]]:
-    """A note's kept versions, newest first; none for a file or from an engine before 3.9 (no such path)."""
+    """A note's kept versions the principal may read, newest first; none for a file or from an engine before
+    3.9 (no such path)."""
     if document["doc_type"] != "note":
         return []
     try:
-        return shapes.versions(ctx.engine.list_versions(document["id"]))
+        return shapes.versions(reach.visible_versions(ctx.principal, ctx.engine.list_versions(document["id"])))
     except (NotFound, EngineUnsupported):
         return []
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb_bridge import collection_tags, shapes
+from kb_bridge.credentials.scopes import READ
 from kb_bridge.errors import Conflict, InvalidArgument, NotANote, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
@@ -76,7 +77,8 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
         "collection": collection,
         "tags": user_tags,
         "duplicate_of": job["document_id"] if duplicate else None,
-        "similar": [] if duplicate else similar_notes(ctx, args.text, collection, job["document_id"]),
+        # Near matches are other notes' titles and text: reading, which kb:write alone does not grant.
+        "similar": [] if duplicate or not ctx.principal.can(READ) else similar_notes(ctx, args.text, collection, job["document_id"]),
     }
 
 
@@ -106,7 +108,15 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
         expected = None  # checked by the engine's If-Match
     if new_collection is not None and document["collection"] != new_collection:
         document = move(ctx, document_id, new_collection, expected)
-    return document
+    return document if ctx.principal.can(READ) else _as_written(document, args)
+
+
+def _as_written(document: Result, args: UpdateNoteArguments) -> Result:
+    """An update's answer to a token that may write but not read (kb:write without kb:read): the note's id, its
+    new version and time, and what the call itself set; never a title, tags or collection it did not write
+    (a move to where a note already is changes nothing, and would otherwise read any note by its id)."""
+    written = {"id", "version", "updated_at", *(key for key in ("title", "tags", "collection") if getattr(args, key) is not None)}
+    return {key: value for key, value in document.items() if key in written}
 
 
 def _patch(ctx: ToolContext, document_id: int, changes: dict[str, Any], expected: int | None) -> Result:

@@ -49,6 +49,26 @@ def visible_document(engine: EngineClient, principal: Principal, document_id: in
     return raw
 
 
+def visible_version(engine: EngineClient, principal: Principal, document_id: int, version: int) -> dict[str, Any]:
+    """An earlier version of a document the principal reaches, or NOT_FOUND when that version was kept in a
+    collection outside its reach: a note moved into the principal's collection brings no text it held elsewhere."""
+    raw = engine.get_version(document_id, version)
+    if principal.limited and not principal.sees(shapes.document(raw)["collection"]):
+        raise NotFound(f"version {version} of document {document_id} not found")
+    return raw
+
+
+def visible_versions(principal: Principal, raw: Any) -> Any:
+    """An engine's versions answer without the versions kept in collections outside the principal's reach
+    (as visible_version refuses to read them); untouched for an unlimited principal or an answer of another
+    shape (shapes.versions judges that)."""
+    if not principal.limited or not isinstance(raw, Mapping) or not isinstance(raw.get("versions"), list):
+        return raw
+    kept = [v for v in raw["versions"]
+            if isinstance(v, Mapping) and principal.sees(shapes.document_collection(v))]
+    return {**raw, "versions": kept}
+
+
 def visible_chunk(engine: EngineClient, principal: Principal, chunk_id: int) -> dict[str, Any]:
     raw = engine.get_chunk(chunk_id)
     if principal.limited and not principal.sees(shapes.chunk(raw)["collection"]):

@@ -811,3 +811,58 @@ def test_the_bridge_never_follows_a_redirect_from_https_to_http_for_the_issuers_
         bridge.stop()
         secure.stop()
         plain.stop()
+
+
+def test_a_note_moved_into_a_limited_tokens_collection_brings_none_of_the_versions_kept_elsewhere(setup: Setup) -> None:
+    """A note written in one collection, rewritten and moved into another: a token limited to the second reads
+    the note as it is now and its versions there, never the text it held in the first (the review's leak:
+    kb_get version=1 answered the first collection's text, and the console's version page with it)."""
+    before, after = f"authz-hist-b-{SUFFIX}", f"authz-hist-a-{SUFFIX}"  # no other test's
+    wide = setup.jwt(sub=f"hist-wide-{SUFFIX}", scope="kb:read kb:write", kb_collections=[before, after])
+    narrow = setup.jwt(sub=f"hist-narrow-{SUFFIX}", scope="kb:read", kb_collections=[after])
+    secret = f"the vault code {MARKER} is 99-1234"
+    added = modern_call(setup.bridge.url, wide, "kb_addnote", {"text": secret, "collection": before, "wait": True})
+    note = int(added["result"]["structuredContent"]["document_id"])  # type: ignore[index]
+    for change in ({"text": f"a launch is planned {MARKER}"}, {"collection": after}):
+        assert error_code(modern_call(setup.bridge.url, wide, "kb_update_note", {"document_id": note, **change})) is None
+
+    def versions(token: str) -> dict[int, str | None]:
+        got = modern_call(setup.bridge.url, token, "kb_get", {"document_id": note})["result"]["structuredContent"]  # type: ignore[index]
+        return {v["version"]: v.get("changed_by") for v in got["documents"][0]["versions"]}
+
+    everything = versions(wide)
+    assert len(everything) >= 2 and min(everything) == 1
+    first = modern_call(setup.bridge.url, wide, "kb_get", {"document_id": note, "version": 1})
+    assert first["result"]["structuredContent"]["documents"][0]["content"] == secret  # type: ignore[index]
+    seen = versions(narrow)
+    assert 1 not in seen and set(seen) < set(everything)
+    refused = modern_call(setup.bridge.url, narrow, "kb_get", {"document_id": note, "version": 1})
+    assert error_code(refused) == "NOT_FOUND" and MARKER not in json.dumps(refused)
+    for number in seen:  # each version it is shown, it can read, and none holds the first collection's text
+        read = modern_call(setup.bridge.url, narrow, "kb_get", {"document_id": note, "version": number})
+        assert read["result"]["structuredContent"]["documents"][0]["collection"] == after  # type: ignore[index]
+        assert "99-1234" not in json.dumps(read)
+
+
+def test_a_write_only_token_reads_nothing_through_its_writes(setup: Setup) -> None:
+    """kb:write without kb:read: adding a note lists no similar notes (their titles and text), and an update
+    answers only the note's id, version, time and what the call set; a move to where a note already is changed
+    nothing and answered the whole note, so any note could be read by its id."""
+    place = f"authz-write-only-{SUFFIX}"  # no other test's
+    writer = setup.jwt(sub=f"writer-{SUFFIX}", scope="kb:write", kb_collections=[place])
+    reader = setup.jwt(sub=f"reader-{SUFFIX}", scope="kb:read kb:write", kb_collections=[place])
+    text = f"{MARKER}: the spare keys of the boathouse hang behind the door"
+    theirs = modern_call(setup.bridge.url, reader, "kb_addnote", {"text": text, "collection": place, "wait": True})
+    note = int(theirs["result"]["structuredContent"]["document_id"])  # type: ignore[index]
+    probe = {"text": text + "!", "collection": place, "wait": True}
+    as_reader = modern_call(setup.bridge.url, reader, "kb_addnote", probe)["result"]["structuredContent"]  # type: ignore[index]
+    assert [s["document_id"] for s in as_reader["similar"]] == [note]  # the hints work for a reader
+    added = modern_call(setup.bridge.url, writer, "kb_addnote", {**probe, "text": text + "?"})["result"]["structuredContent"]  # type: ignore[index]
+    assert added["document_id"] and added["similar"] == []
+    moved = modern_call(setup.bridge.url, writer, "kb_update_note", {"document_id": note, "collection": place})
+    answer = moved["result"]["structuredContent"]  # type: ignore[index]
+    assert set(answer) <= {"id", "version", "updated_at", "collection"} and answer["id"] == note
+    assert MARKER not in json.dumps(moved)
+    retitled = modern_call(setup.bridge.url, writer, "kb_update_note", {"document_id": added["document_id"], "title": "mine"})
+    assert retitled["result"]["structuredContent"]["title"] == "mine"  # type: ignore[index]
+    assert "tags" not in retitled["result"]["structuredContent"]  # type: ignore[index]
