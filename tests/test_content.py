@@ -55,6 +55,7 @@ async def test_read_collection_and_tag_listings(client: Client, engine: response
 
 @pytest.mark.parametrize("uri", ["kb://document/abc", "kb://nothing/1", "http://x/document/1", "kb://document/0",
                                  "kb://[x/1", "kb://document/1?x=1", "kb://chunk/" + "9" * 30, "", "not a uri",
+                                 "kb://document/" + "9" * 5000, "kb://chunk/" + "9" * 4301,
                                  "kb://tag/" + "t" * 201, "kb://tag/a%0D%0Ab", "kb://tag/a%00"])
 async def test_bad_resource_uris_are_invalid_params(client: Client, uri: str) -> None:
     with pytest.raises(MCPError) as caught:

@@ -87,9 +87,11 @@ def parse(uri: str) -> tuple[str, str]:
 
 
 def _id(kind: str, value: str) -> int:
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= _MAX_ID:
+    # The length first: int() refuses more than 4,300 digits with a ValueError (an internal error).
+    digits = value.lstrip("0")
+    if not value.isascii() or not value.isdigit() or len(digits) > len(str(_MAX_ID)) or not 1 <= int(digits or "0") <= _MAX_ID:
         raise InvalidArgument("uri", f"the {kind} id must be a positive integer, as in kb://{kind}/42")
-    return int(value)
+    return int(digits)
 
 
 def read(engine: EngineClient, principal: Principal, uri: str) -> str:
