@@ -32,6 +32,14 @@ APPLIED = {"time_filters": {}}
     ("2w", None, "created", {"created_after": "2026-04-26T12:00:00.000Z"}),
     (None, "7d", "created", {"created_before": "2026-05-03T12:00:00.000Z"}),
     (None, None, "updated", {}),
+    # Stored times are whole milliseconds: a bound between two is rounded up, so since leaves out the note of
+    # …57.248 and until keeps it (truncation did the reverse of both).
+    ("2026-04-01T09:30:57.2485Z", None, "created", {"created_after": "2026-04-01T09:30:57.249Z"}),
+    (None, "2026-04-01T09:30:57.248001Z", "created", {"created_before": "2026-04-01T09:30:57.249Z"}),
+    (None, "2026-04-01T09:30:57.248Z", "created", {"created_before": "2026-04-01T09:30:57.248Z"}),
+    # The end of the last day the engine writes is its last millisecond, not an overflow.
+    (None, "9999-12-31", "updated", {"updated_before": "9999-12-31T23:59:59.999Z"}),
+    ("9999-12-31T23:59:59.9995Z", None, "updated", {"updated_after": "9999-12-31T23:59:59.999Z"}),
 ])
 def test_since_and_until_become_the_engines_bounds(since: str | None, until: str | None, field: str,
                                                     expected: dict[str, str]) -> None:

@@ -3,13 +3,14 @@
 
 A value is an ISO 8601 date or date-time (UTC when it has no offset) or a span back from now (`30m`, `36h`,
 `7d`, `2w`). `since` is inclusive and `until` exclusive, as the engine's bounds are; a bare date in `until`
-means the end of that day, so `since=2026-04-01, until=2026-04-30` is the whole of April 1 to 30.
+means the end of that day, so `since=2026-04-01, until=2026-04-30` is the whole of April 1 to 30. Stored times
+are whole milliseconds; a bound finer than that is rounded up (iso).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 from kb_bridge.errors import InvalidArgument
 
@@ -19,6 +20,9 @@ _SPAN = re.compile(r"(\d{1,7})([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?")
+# The latest instant the engine writes (four-digit years, milliseconds): the end of 9999-12-31 as an until,
+# which is the day after and would overflow.
+LAST = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
 FORMS = "an ISO 8601 date or date-time (e.g. 2026-04-01 or 2026-04-01T09:30:00Z) or a span back from now " \
         "(30m, 36h, 7d, 2w)"
 
@@ -32,7 +36,9 @@ def moment(value: str, field: str, now: datetime, end_of_day: bool = False) -> d
             return now - timedelta(**{_UNITS[span.group(2)]: int(span.group(1))})
         if _DATE.fullmatch(text):
             day = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-            return day + timedelta(days=1) if end_of_day else day
+            if not end_of_day:
+                return day
+            return day + timedelta(days=1) if day.date() < date.max else LAST
         if _DATE_TIME.fullmatch(text):
             found = datetime.fromisoformat(text.replace("Z", "+00:00"))
             return found if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
@@ -42,7 +48,13 @@ def moment(value: str, field: str, now: datetime, end_of_day: bool = False) -> d
 
 
 def iso(instant: datetime) -> str:
-    return instant.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The engine's form of a bound, rounded up to its millisecond: stored times are whole milliseconds, so a
+    since of …57.2485 must leave out a note of …57.248 and an until of …57.2481 must keep it (truncating did
+    the opposite of both)."""
+    utc = instant.astimezone(timezone.utc)
+    if utc.microsecond % 1000:
+        utc = LAST if utc > LAST else utc + timedelta(microseconds=1000 - utc.microsecond % 1000)
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def engine_bounds(since: str | None, until: str | None, time_field: str,
