@@ -10,7 +10,7 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
-from kb_bridge.testing.engine_app import API, add_note, error_code, wait_job
+from kb_bridge.testing.engine_app import API, add_note, error_code, upload, wait_job
 
 pytestmark = pytest.mark.both_stores
 
@@ -29,9 +29,9 @@ def test_every_text_or_title_change_keeps_the_version_it_replaces(client: FlaskC
     current = _patch(client, note["id"], title="Kettle")
 
     listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
-    assert [v["version"] for v in listed] == [current["version"], 3, 1]
-    assert [v["current"] for v in listed] == [True, False, False]
-    assert [v["changed_by"] for v in listed] == [None, "bob", "alice"]
+    assert [v["version"] for v in listed] == [current["version"], 3, 2, 1] and current["version"] == 4
+    assert [v["current"] for v in listed] == [True, False, False, False]
+    assert [v["changed_by"] for v in listed] == [None, "bob", "bob", "alice"]
     assert listed[1]["tags"] == ["collection:memory", "kitchen"] and listed[2]["tags"] == ["collection:memory"]
     assert "content" not in listed[1]
 
@@ -40,23 +40,55 @@ def test_every_text_or_title_change_keeps_the_version_it_replaces(client: FlaskC
     assert first["chunks"] == [] and first["current"] is False
     now = client.get(f"{API}/documents/{note['id']}?version={current['version']}").json
     assert now["content"] == "the kettle is in the right cupboard" and now["title"] == "Kettle" and now["current"]
-    missing = client.get(f"{API}/documents/{note['id']}?version=2")  # a tag step made no text version
+    missing = client.get(f"{API}/documents/{note['id']}?version=5")  # never made
     assert missing.status_code == 404 and error_code(missing) == "not_found"
     assert client.get(f"{API}/documents/{note['id']}?version=x").status_code == 422
 
 
-def test_a_notes_title_moved_in_place_keeps_the_version_it_replaces(client: FlaskClient) -> None:
+def test_a_note_moved_in_place_keeps_the_version_it_replaces(client: FlaskClient) -> None:
     note = add_note(client, "the spare key is under the blue pot", changed_by="alice")
     moved = client.patch(f"{API}/documents/{note['id']}", json={"source_path": "keys.md"}).json
-    assert moved["changed_by"] == "alice"  # a source_path alone is no new text or title: nothing kept
-    assert [v["version"] for v in client.get(f"{API}/documents/{note['id']}/versions").json["versions"]] == [2]
+    assert moved["changed_by"] == "alice"  # a source_path alone is no new text or title: still alice's
+    assert [v["version"] for v in client.get(f"{API}/documents/{note['id']}/versions").json["versions"]] == [2, 1]
     retitled = client.patch(f"{API}/documents/{note['id']}", json={"title": "Spare key"}).json
     assert retitled["title"] == "Spare key" and retitled["changed_by"] is None  # a move names no one
     listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
     assert [(v["version"], v["title"], v["changed_by"]) for v in listed] == [
-        (3, "Spare key", None), (2, note["title"], "alice")]
+        (3, "Spare key", None), (2, note["title"], "alice"), (1, note["title"], "alice")]
     kept = client.get(f"{API}/documents/{note['id']}?version=2").json
     assert kept["content"] == "the spare key is under the blue pot" and kept["title"] == note["title"]
+
+
+def test_every_version_number_given_out_stays_readable(client: FlaskClient) -> None:
+    """A tag change or a move between collections raised a note's version without keeping the one it
+    replaced: the number its writer had just been given (which If-Match and the console's history pages use)
+    answered 404, and the history skipped it."""
+    first, second = "the boiler manual is in the hall drawer", "the boiler manual is in the kitchen drawer"
+    note = add_note(client, first, tags=["collection:memory"], changed_by="alice")
+    tags_url = f"{API}/documents/{note['id']}/tags"
+    assert _patch(client, note["id"], text=second, changed_by="bob")["version"] == 2
+    assert client.patch(tags_url, json={"add": ["boiler"]}).json["version"] == 3
+    moved = client.patch(tags_url, json={"add": ["collection:house"], "remove": ["collection:memory"]}).json
+    assert moved["version"] == 4
+    assert client.post(tags_url, json={"tags": ["boiler"]}).json["version"] == 4  # no change, no version
+
+    made = {1: (first, ["collection:memory"], "alice"), 2: (second, ["collection:memory"], "bob"),
+            3: (second, ["boiler", "collection:memory"], "bob"), 4: (second, ["boiler", "collection:house"], "bob")}
+    listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert [(v["version"], v["tags"], v["changed_by"]) for v in listed] == [
+        (number, tags, who) for number, (_text, tags, who) in sorted(made.items(), reverse=True)]
+    for number, (text, tags, who) in made.items():
+        got = client.get(f"{API}/documents/{note['id']}?version={number}")
+        assert got.status_code == 200, (number, got.json)
+        assert (got.json["version"], got.json["content"], got.json["tags"], got.json["changed_by"]) == (
+            number, text, tags, who)
+
+
+def test_a_files_tag_change_keeps_no_version(client: FlaskClient) -> None:
+    file_id = wait_job(client, upload(client, "boiler.txt", b"service every autumn").json["id"])["document_id"]
+    assert client.post(f"{API}/documents/{file_id}/tags", json={"tags": ["boiler"]}).json["version"] == 2
+    assert [v["version"] for v in client.get(f"{API}/documents/{file_id}/versions").json["versions"]] == [2]
+    assert client.get(f"{API}/documents/{file_id}?version=1").status_code == 404  # only notes have versions
 
 
 def test_search_finds_only_the_current_version(client: FlaskClient) -> None:

@@ -313,8 +313,9 @@ class Store(Protocol):
     def move_document(self, doc_id: int, source_path: str | None, title: str | None,
                       if_match: Collection[str] | None, now: str) -> JSON:
         """Change a document's source_path and/or title in place (None: keep it): same id, chunks and vectors,
-        nothing re-embedded (the vectors keep the old title's share of their input); version + 1.
-        PreconditionFailed when `if_match` does not hold."""
+        nothing re-embedded (the vectors keep the old title's share of their input); version + 1, a note's
+        version it replaces kept in its history as replace_note keeps it. PreconditionFailed when `if_match`
+        does not hold."""
 
     def list_versions(self, doc_id: int) -> list[JSON]:
         """The document's versions, newest (the current one) first: number, title, tags, updated_at,
@@ -331,8 +332,9 @@ class Store(Protocol):
 
     def change_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                     now: str, missing_is_not_found: bool = False) -> JSON:
-        """Remove then add tags in one step (one version step if anything changed); PreconditionFailed when
-        `if_match` does not hold. Removing a tag the document lacks changes nothing, or with
+        """Remove then add tags in one step (one version step if anything changed, a note's version it
+        replaces kept in its history as replace_note keeps it); PreconditionFailed when `if_match` does not
+        hold. Removing a tag the document lacks changes nothing, or with
         `missing_is_not_found` is NotFound. Returns the document's id, tags and version."""
 
     def add_tags(self, doc_id: int, tags: Sequence[str], now: str) -> JSON:

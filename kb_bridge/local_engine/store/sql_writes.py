@@ -63,8 +63,7 @@ class SqlWrites:
         with self._changing() as conn:
             row = self.sql_documents.require_document(conn, doc_id)
             check_note(row["doc_type"], row["version"], doc_id, if_match)
-            self.sql_history.archive(conn, doc_id)
-            self.sql_history.prune(conn, doc_id, self.keep_versions)
+            self._keep_current(conn, doc_id)
             self.sql_documents.delete_chunks(conn, doc_id)
             self.sql_documents.update_note(conn, doc_id, title, text, now, changed_by)
             chunk_ids = self.sql_documents.insert_chunks(conn, doc_id, title, chunks.texts)
@@ -78,10 +77,8 @@ class SqlWrites:
         with self._changing() as conn:
             row = self.sql_documents.require_document(conn, doc_id)
             check_version(row["version"], doc_id, if_match)
-            if row["doc_type"] == "note" and title is not None and title != row["title"]:
-                # A note's new title is a change like PATCH /notes' (3.9): the version it replaces is kept.
-                self.sql_history.archive(conn, doc_id)
-                self.sql_history.prune(conn, doc_id, self.keep_versions)
+            if row["doc_type"] == "note":  # a move always raises the version: the one it replaces is kept
+                self._keep_current(conn, doc_id)
             self.sql_documents.move_document(conn, doc_id, source_path, title, now)
         return self.get_document(doc_id)
 
@@ -96,6 +93,12 @@ class SqlWrites:
                 # The current version stays the newest: numbers keep their order.
                 self.sql_history.raise_version(conn, doc_id, int(kept[-1]["version"]) + 1)
         return {"id": doc_id, "versions": self.list_versions(doc_id)}
+
+    def _keep_current(self, conn: Any, doc_id: int) -> None:
+        """Keep a note's current version in its history before a change raises the version, so every number
+        the engine has answered stays readable (until `keep_versions` drops it, oldest first)."""
+        self.sql_history.archive(conn, doc_id)
+        self.sql_history.prune(conn, doc_id, self.keep_versions)
 
     def _rekey(self, conn: Any, doc_id: int, text_key: str | None = None) -> None:
         """Keep a keyed note's duplicate key true after a change: its new text (`text_key`) or, when its
@@ -122,11 +125,13 @@ class SqlWrites:
         with self._changing() as conn:
             row = self.sql_documents.require_document(conn, doc_id)
             check_version(row["version"], doc_id, if_match)
+            held = self.sql_documents.tag_state(conn, doc_id)["tags"]
             if missing_is_not_found:
-                held = self.sql_documents.tag_state(conn, doc_id)["tags"]
                 for tag in remove:
                     if tag not in held:
                         raise NotFound(f"document {doc_id} has no tag {tag!r}")
+            if row["doc_type"] == "note" and _steps_version(held, add, remove):
+                self._keep_current(conn, doc_id)
             state: JSON = self.sql_documents.change_tags(conn, doc_id, add, remove, now)
             self._rekey(conn, doc_id)
             return state
@@ -140,3 +145,11 @@ class SqlWrites:
     def patch_tags(self, doc_id: int, add: Sequence[str], remove: Sequence[str], if_match: Collection[str] | None,
                    now: str) -> JSON:
         return self.change_tags(doc_id, add, remove, if_match, now)
+
+
+def _steps_version(held: Collection[str], add: Sequence[str], remove: Sequence[str]) -> bool:
+    """Whether removing then adding these tags raises the version, as the dialects' change_tags decide it (any
+    row deleted or inserted: a held tag removed and added back counts); asked before the change, which is
+    when the version it replaces can still be kept."""
+    left = set(held) - set(remove)
+    return left != set(held) or any(tag not in left for tag in add)
