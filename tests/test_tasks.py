@@ -4,7 +4,10 @@ in both eras; the task follows the engine job, so its id is all any worker needs
 from __future__ import annotations
 
 import base64
+import json
 import os
+import random
+import string
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,10 @@ from mcp.shared.exceptions import MCPError
 
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools.task_ids import TaskRef, decode, encode, task_key
+
+from kb_bridge.tools.task_ids import MAX_ID_CHARS, TaskRef, decode, encode, task_key
 from kb_bridge.testing.fake_engine import API, make_settings
-from kb_bridge.testing.fake_engine import calls_to, document, job
+from kb_bridge.testing.fake_engine import calls_to, chunk, document, job, search_response
 from kb_bridge.testing.tasks_client import TasksExtension, create_task, task_request
 
 pytestmark = pytest.mark.anyio
@@ -131,6 +135,130 @@ async def test_an_upload_finish_task(modern: Client, engine: responses.RequestsM
                                                    "sha256": task["result"]["structuredContent"]["sha256"]}
 
 
+# --- task ids stay short and reveal nothing (tools/task_ids.py, tools/task_results.py) -----------------------
+
+# The review's case (compresses to little: its result stays whole in the id), and values of the same sizes that
+# do not compress (their result is held as a reference, tools/task_results.py).
+LONG_TITLE = "é" * 500
+LONG_TAGS = [("é" * 190) + f"{i:03d}" for i in range(20)]
+
+
+def noise(length: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(string.ascii_letters + string.digits + "éüßø") for _ in range(length))
+
+
+NOISY_TITLE = noise(500, 99)
+NOISY_TAGS = [noise(200, i) for i in range(20)]
+
+
+def id_bytes(task_id: str) -> bytes:
+    return base64.urlsafe_b64decode(task_id + "=" * (-len(task_id) % 4))
+
+
+def reveals(task_id: str, *texts: str) -> list[str]:
+    """Which of `texts` an id's bytes hold (their first 20 characters, as UTF-8 or as JSON escapes them)."""
+    raw = id_bytes(task_id)
+    return [text for text in texts if text[:20].encode() in raw or json.dumps(text[:20])[1:-1].encode() in raw]
+
+
+@pytest.mark.parametrize("title, tags", [(LONG_TITLE, LONG_TAGS), (NOISY_TITLE, NOISY_TAGS)], ids=["review", "noise"])
+async def test_a_large_update_task_has_a_short_opaque_id_and_the_same_result(
+    modern: Client, engine: responses.RequestsMock, title: str, tags: list[str],
+) -> None:
+    """The review's case: a 500-character title and 20 tags of 200 once made a 35 KB id whose base64 held them."""
+    from kb_bridge import shapes
+    from kb_bridge.tools.notes import render_document
+
+    updated = document(42, title=title, tags=["collection:memory", *tags], version=3)
+    engine.patch(f"{API}/notes/42", json=document(42, title=title, tags=["collection:memory"], version=2))
+    engine.get(f"{API}/documents/42", json=document(42, title=title, tags=["collection:memory"], version=2))
+    engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": updated["tags"], "version": 3})
+    engine.get(f"{API}/documents/42", json=updated)
+    created = await create_task(modern, "kb_update_note", {"document_id": 42, "title": title, "tags": tags})
+    assert created.status == "completed" and len(created.task_id) <= MAX_ID_CHARS
+    assert reveals(created.task_id, title, *tags, "memory", "kb_update_note") == []
+    reads = len(calls_to(engine, "GET", "/documents/42"))
+    task = await task_request(modern.session, "tasks/get", created.task_id)
+    assert task["status"] == "completed"
+    assert task["result"]["structuredContent"] == shapes.document(updated)
+    assert task["result"]["content"][0]["text"] == render_document(shapes.document(updated))
+    again = calls_to(engine, "GET", "/documents/42")[reads:]
+    if title == NOISY_TITLE:  # a reference: the note at the call's version
+        assert [call.request.url.endswith("?version=3") for call in again] == [True]
+    else:  # the whole result, in the id
+        assert again == []
+
+
+async def test_a_large_note_task_reads_its_tags_and_hints_again_once_done(modern: Client, engine: responses.RequestsMock) -> None:
+    hint = chunk(77, 31, text=noise(400, 7), score=0.9, title=noise(300, 8))
+    engine.post(f"{API}/jobs", status=202, json=job(8, tags=["collection:memory", *NOISY_TAGS]))
+    engine.post(f"{API}/search", json=search_response(hint, mode="vector"))
+    engine.get(f"{API}/jobs/8", json=job(8, status="done", document_id=55, tags=["collection:memory", *NOISY_TAGS]))
+    engine.get(f"{API}/documents/55", json=document(55, content="the note's text", tags=["collection:memory"]))
+    created = await create_task(modern, "kb_addnote", {"text": "the note's text", "collection": "memory", "tags": NOISY_TAGS})
+    assert len(created.task_id) <= MAX_ID_CHARS
+    assert reveals(created.task_id, *NOISY_TAGS, hint["title"], hint["text"], "memory") == []
+    done = await task_request(modern.session, "tasks/get", created.task_id)
+    similar = [{"document_id": 31, "title": hint["title"], "score": 0.9, "snippet": hint["text"][:159] + "…"}]
+    assert done["result"]["structuredContent"] == {"job_id": 8, "status": "done", "document_id": 55, "collection": "memory",
+                                                   "tags": NOISY_TAGS, "duplicate_of": None, "similar": similar}
+    assert len(calls_to(engine, "POST", "/search")) == 2  # the hints were searched again, from the note's text
+
+
+async def test_a_large_upload_task_takes_its_file_name_from_the_job(modern: Client, engine: responses.RequestsMock) -> None:
+    name = noise(120, 5).replace("é", "e").replace("ü", "u").replace("ß", "s").replace("ø", "o") + noise(60, 6) + ".txt"
+    engine.post(f"{API}/jobs", status=202, json=job(9, type="file", filename=name, tags=["collection:documents"]))
+    engine.get(f"{API}/jobs/9", json=job(9, type="file", status="done", document_id=3, filename=name, tags=["collection:documents"]))
+    upload_id = (await modern.call_tool("kb_upload_start", {"filename": name, "total_size": 5})).structured_content["upload_id"]
+    await modern.call_tool("kb_upload_chunk", {"upload_id": upload_id, "chunk_index": 0, "data": base64.b64encode(b"hello").decode()})
+    created = await create_task(modern, "kb_upload_finish", {"upload_id": upload_id})
+    assert len(created.task_id) <= MAX_ID_CHARS and reveals(created.task_id, name) == []
+    task = await task_request(modern.session, "tasks/get", created.task_id)
+    sha = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"  # sha256("hello")
+    assert task["result"]["structuredContent"] == {"job_id": 9, "status": "done", "filename": name, "size_bytes": 5, "sha256": sha}
+
+
+def test_every_tools_largest_result_seals_within_the_bound() -> None:
+    """References hold only bounded values: the longest owner, ids, collection and digest still fit."""
+    big, owner = 2**63 - 1, "".join(c for c in noise(200, 1) if c.isascii())[:64]  # a tokens-file name
+    hints = [{"document_id": big, "title": noise(500, i), "score": 1.0, "snippet": noise(160, i + 3)} for i in range(3)]
+    results = {
+        "kb_update_note": {"id": big, "title": NOISY_TITLE, "doc_type": noise(20, 2), "source_path": noise(1024, 3),
+                           "collection": noise(64, 4), "tags": NOISY_TAGS, "chunk_count": big, "version": big,
+                           "created_at": noise(40, 5), "updated_at": noise(40, 6)},
+        "kb_addnote": {"job_id": big, "status": noise(300, 7), "document_id": big, "collection": noise(64, 4).encode().hex()[:64],
+                       "tags": NOISY_TAGS, "duplicate_of": big, "similar": hints},
+        "kb_upload_finish": {"job_id": big, "status": noise(300, 7), "filename": noise(127, 8), "size_bytes": big,
+                             "sha256": noise(32, 9).encode().hex()[:64]},
+    }
+    for tool, result in results.items():
+        task_id = encode(TaskRef(owner, tool, None if tool == "kb_update_note" else big, result, "2026-01-01T00:00:00Z"), b"k" * 32)
+        assert len(task_id) <= MAX_ID_CHARS, tool
+        ref = decode(task_id, b"k" * 32)
+        assert ref is not None and not ref.whole and ref.owner == owner
+
+
+def test_a_referenced_update_answers_a_write_only_token_what_it_set_and_not_found_once_the_version_is_gone(
+    bridge: Bridge, engine: responses.RequestsMock,
+) -> None:
+    from kb_bridge.auth.principal import Principal
+    from kb_bridge.tools import tasks
+    from kb_bridge.tools.spec import ToolContext
+
+    writer = Principal("w", scopes=frozenset({"kb:write"}))
+    answered = {"id": 42, "version": 3, "updated_at": "2026-04-05T08:00:00Z", "title": NOISY_TITLE, "tags": NOISY_TAGS}
+    key = task_key(bridge.settings)
+    ref = decode(encode(TaskRef(writer.owner, "kb_update_note", None, answered, "2026-01-01T00:00:00Z"), key), key)
+    assert ref is not None and not ref.whole
+    context = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=writer)
+    engine.get(f"{API}/documents/42", json=document(42, title=NOISY_TITLE, tags=["collection:memory", *NOISY_TAGS], version=3))
+    assert tasks.read(context, ref).result == answered  # not the collection, doc_type, ... it did not set
+    engine.replace(responses.GET, f"{API}/documents/42", status=404, json={"error": {"code": "not_found", "message": "gone"}})
+    gone = tasks.read(context, ref)
+    assert gone.status == tasks.COMPLETED and gone.error is not None and gone.error.code == "NOT_FOUND"
+
+
 async def test_without_the_extension_a_call_runs_as_before(client: Client, engine: responses.RequestsMock, era: str) -> None:
     engine.post(f"{API}/jobs", status=202, json=note_job())
     result = await client.call_tool("kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})
@@ -149,9 +277,9 @@ async def test_unknown_forged_and_other_principals_ids_are_unknown(modern: Clien
     key = task_key(bridge.settings)
     theirs = encode(TaskRef("someone-else", "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
     ours = encode(TaskRef("local", "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
-    body, _, signature = ours.partition(".")
     forged = encode(TaskRef("local", "kb_addnote", 9, {"job_id": 9}, "2026-01-01T00:00:00Z"), b"x" * 32)
-    for task_id in ("tasks-conformance-nonexistent-12345", theirs, forged, body + "." + signature[::-1]):
+    edited = ours[:20] + ("A" if ours[20] != "A" else "B") + ours[21:]
+    for task_id in ("tasks-conformance-nonexistent-12345", theirs, forged, edited):
         with pytest.raises(MCPError) as unknown:
             await task_request(modern.session, "tasks/get", task_id)
         assert unknown.value.error.code == types.INVALID_PARAMS

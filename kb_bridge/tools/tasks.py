@@ -4,6 +4,7 @@ A task follows an engine job: making it runs the tool's first part (the note or 
 `wait` asked for is dropped, the task being the wait), and its state is read from the job whenever asked,
 so no bridge process holds it (ids: tools/task_ids.py). kb_update_note has no job to follow (the engine
 updates a note before it answers, docs/engine-api.md), so its task is complete when made, holding its result.
+A result too large for an id is held as a reference and read again from the engine (tools/task_results.py).
 protocol/tasks.py turns these states into each protocol era's messages.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from kb_bridge import shapes
 from kb_bridge.errors import Conflict, EngineUnsupported, IngestionFailed, KbError, NotFound
-from kb_bridge.tools import reach
+from kb_bridge.tools import reach, task_results
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 from kb_bridge.tools.task_ids import TaskRef
 from kb_bridge.tools.waiting import JobProgress, raise_if_failed, stage
@@ -76,7 +77,7 @@ def read(ctx: ToolContext, ref: TaskRef, progress: JobProgress | None = None) ->
     if ref.owner != ctx.principal.owner:
         raise UnknownTask()
     if ref.job_id is None:
-        return made(ref)
+        return _at_once(ctx, ref)
     try:
         raw = ctx.engine.get_job(ref.job_id)
     except NotFound:
@@ -86,7 +87,7 @@ def read(ctx: ToolContext, ref: TaskRef, progress: JobProgress | None = None) ->
         raise UnknownTask()
     if progress is not None:
         progress.observe(raw)
-    return _state(ref, job, raw)
+    return _state(ctx, ref, job, raw)
 
 
 def wait(ctx: ToolContext, ref: TaskRef, timeout: float) -> TaskState:
@@ -112,19 +113,34 @@ def cancel(ctx: ToolContext, ref: TaskRef) -> TaskState:
         raw = ctx.engine.cancel_job(ref.job_id)
     except (Conflict, EngineUnsupported):
         return read(ctx, ref)
-    return _state(ref, shapes.job(raw), raw)
+    return _state(ctx, ref, shapes.job(raw), raw)
 
 
-def _state(ref: TaskRef, job: dict[str, Any], raw: Mapping[str, Any]) -> TaskState:
+def _at_once(ctx: ToolContext, ref: TaskRef) -> TaskState:
+    """A task done when made; its result read again when the id holds a reference (a note version that is
+    kept no more is the task's NOT_FOUND error: the task ended, only its answer is gone)."""
+    if ref.whole:
+        return made(ref)
+    try:
+        result = task_results.restore(ctx, ref.tool, ref.result, None)
+    except NotFound as exc:
+        return TaskState(COMPLETED, ref.created, ref.created, "done", error=exc)
+    return TaskState(COMPLETED, ref.created, ref.created, "done", result=result)
+
+
+def _state(ctx: ToolContext, ref: TaskRef, job: dict[str, Any], raw: Mapping[str, Any]) -> TaskState:
     # The task began when the bridge made it (its job a moment before); it changed when its job last did.
     created = ref.created
     updated = max(created, job["finished_at"] or job["started_at"] or created)
     _fraction, message = stage(raw)
     status = job["status"]
     if status == "done":
-        result = {**ref.result, "status": "done"}
-        if "document_id" in result:
-            result["document_id"] = job["document_id"]
+        if ref.whole:
+            result = {**ref.result, "status": "done"}
+            if "document_id" in result:
+                result["document_id"] = job["document_id"]
+        else:
+            result = task_results.restore(ctx, ref.tool, ref.result, job)
         return TaskState(COMPLETED, created, updated, message, result=result)
     if status == "cancelled":
         return TaskState(CANCELLED, created, updated, message)

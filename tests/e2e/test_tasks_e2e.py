@@ -26,6 +26,8 @@ from kb_bridge.testing.processes import REPO, Service, free_port, start_bridge, 
 from kb_bridge.testing.processes import require
 from kb_bridge.testing.held_engine import HeldEngine
 from kb_bridge.testing.tasks_client import TasksExtension, create_task, task_request, until_ended
+from kb_bridge.settings import load_settings
+from kb_bridge.tools.task_ids import MAX_ID_CHARS, decode, task_key
 
 pytestmark = pytest.mark.anyio
 
@@ -72,15 +74,12 @@ def engine_job(held: HeldEngine, job_id: int) -> dict[str, Any]:
     return dict(response.json())
 
 
-def reference(task_id: str) -> dict[str, Any]:
-    """What a task id carries (the id is readable; only its signature is secret)."""
-    body = task_id.partition(".")[0]
-    return dict(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))))
-
-
-def job_of(task_id: str) -> int:
-    """The engine job a task id carries."""
-    return int(reference(task_id)["j"])
+def job_of(held: HeldEngine, task_id: str) -> int:
+    """The engine job a task id carries, opened with the key the bridges derive from their shared secrets."""
+    settings = load_settings({"KB_ENGINE_URL": held.url, "KB_API_KEY": ENGINE_KEY, "KB_MCP_API_KEY": TOKEN})
+    ref = decode(task_id, task_key(settings))
+    assert ref is not None and ref.job_id is not None
+    return ref.job_id
 
 
 async def test_python_client_tasks_across_two_bridges(held: HeldEngine, bridges: tuple[Service, Service]) -> None:
@@ -103,7 +102,7 @@ async def test_python_client_tasks_across_two_bridges(held: HeldEngine, bridges:
             assert working["status"] == "working" and working["statusMessage"].endswith("is queued")
             assert (await task_request(read_on.session, "tasks/cancel", dropped.task_id))["resultType"] == "complete"
             assert (await task_request(read_on.session, "tasks/get", dropped.task_id))["status"] == "cancelled"
-            assert engine_job(held, job_of(dropped.task_id))["status"] == "cancelled"
+            assert engine_job(held, job_of(held, dropped.task_id))["status"] == "cancelled"
 
             # A waiting call reports the job's stages on its own stream; the queue opens once it waits.
             seen: list[tuple[float, str]] = []
@@ -191,7 +190,7 @@ def test_typescript_client_tasks_across_two_bridges(held: HeldEngine, bridges: t
         ], tmp_path, "read")
         assert process.stdout is not None
         early = [json.loads(process.stdout.readline()) for _ in range(3)]  # the queue still holds
-        wait_until(lambda: any(j["status"] == "queued" and j["id"] > job_of(filed["taskId"]) for j in queued(held)), 30,
+        wait_until(lambda: any(j["status"] == "queued" and j["id"] > job_of(held, filed["taskId"]) for j in queued(held)), 30,
                    what="the waiting call's job")
         gate.set()
         outputs = finish(process, early)
@@ -249,6 +248,29 @@ def test_routing_headers_name_the_task(bridges: tuple[Service, Service]) -> None
     assert mismatched["error"]["code"] == -32020
 
 
+def test_a_large_update_task_id_is_short_opaque_and_read_on_the_other_bridge(bridges: tuple[Service, Service]) -> None:
+    """The review's case over HTTP: a 500-character title and 20 tags of 200 once made a 35 KB id, sent in the
+    Mcp-Name header of every poll (over nginx's 8 KB default), its base64 holding the title and the tags."""
+    one, other = bridges
+    title, tags = "é" * 500, [("é" * 190) + f"{i:03d}" for i in range(20)]
+    made = post(one.url, "tools/call", {"name": "kb_addnote", "arguments": {"text": "Petrels follow ships."}}, "kb_addnote")
+    noted = made["result"]["taskId"]
+    wait_until(lambda: post(other.url, "tasks/get", {"taskId": noted}, noted)["result"]["status"] == "completed", 60,
+               what="the note's task")
+    document_id = post(other.url, "tasks/get", {"taskId": noted}, noted)["result"]["result"]["structuredContent"]["document_id"]
+    updated = post(one.url, "tools/call", {"name": "kb_update_note",
+                                           "arguments": {"document_id": document_id, "title": title, "tags": tags}}, "kb_update_note")
+    task_id = updated["result"]["taskId"]
+    assert len(task_id) <= MAX_ID_CHARS
+    raw = base64.urlsafe_b64decode(task_id + "=" * (-len(task_id) % 4))
+    assert "é".encode() * 10 not in raw and b"\\u00e9" not in raw and b"memory" not in raw and b"documents" not in raw
+    got = post(other.url, "tasks/get", {"taskId": task_id}, task_id)["result"]
+    assert got["status"] == "completed"
+    assert {key: got["result"]["structuredContent"][key] for key in ("id", "title", "tags")} == {"id": document_id, "title": title, "tags": tags}
+    too_long = "A" * (MAX_ID_CHARS + 1)
+    assert post(other.url, "tasks/get", {"taskId": too_long}, too_long)["error"]["code"] == -32602
+
+
 def test_oauth_without_any_secret_signs_with_a_key_its_workers_share_and_no_caller_knows(tmp_path: Path) -> None:
     """OAuth in front of a keyless engine holds no secret to sign task ids with. They were once signed with a key
     derived from the engine's URL alone, which any caller can compute, so a token could sign an id naming any job;
@@ -256,6 +278,7 @@ def test_oauth_without_any_secret_signs_with_a_key_its_workers_share_and_no_call
     made, and an id signed with the URL's key is unknown."""
     from kb_bridge.testing.oauth_server import AuthServer
     from kb_bridge.testing.processes import start_engine
+    from kb_bridge.auth.principal import Principal
     from kb_bridge.tools.task_ids import TaskRef, encode
 
     engine = start_engine(tmp_path, tmp_path / "data")
@@ -282,7 +305,9 @@ def test_oauth_without_any_secret_signs_with_a_key_its_workers_share_and_no_call
             wait_until(both_workers_answered, timeout=60, what="tasks/get answered by both workers")
 
             guessable = hashlib.sha256(f"kb-bridge task ids v1\0{engine.url}".encode()).digest()
-            forged = encode(TaskRef(reference(task_id)["o"], "kb_addnote", job_of(task_id), {}, "2026-01-01T00:00:00Z"), guessable)
+            owner = Principal("task-maker", scopes=frozenset({"kb:read", "kb:write", "kb:delete"}), kind="oauth").owner
+            job_id = max(j["id"] for j in requests.get(f"{engine.url}/api/v1/jobs", timeout=30).json()["jobs"])
+            forged = encode(TaskRef(owner, "kb_addnote", job_id, {}, "2026-01-01T00:00:00Z"), guessable)
             refused = post(bridge.url, "tasks/get", {"taskId": forged}, forged, token=token)
             assert refused["error"]["code"] == -32602 and "unknown task" in refused["error"]["message"].lower()
         finally:
