@@ -259,6 +259,20 @@ def test_a_referenced_update_answers_a_write_only_token_what_it_set_and_not_foun
     assert gone.status == tasks.COMPLETED and gone.error is not None and gone.error.code == "NOT_FOUND"
 
 
+async def test_an_id_longer_than_the_bound_is_refused_before_it_is_opened(
+    modern: Client, engine: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kb_bridge.protocol import tasks as protocol_tasks
+
+    opened: list[str] = []
+    monkeypatch.setattr(protocol_tasks, "decode", lambda task_id, key: opened.append(task_id))
+    for method in ("tasks/get", "tasks/cancel"):
+        with pytest.raises(MCPError) as refused:
+            await task_request(modern.session, method, "A" * (MAX_ID_CHARS + 1))
+        assert refused.value.error.code == types.INVALID_PARAMS and f"at most {MAX_ID_CHARS}" in refused.value.error.message
+    assert opened == [] and not engine.calls
+
+
 async def test_without_the_extension_a_call_runs_as_before(client: Client, engine: responses.RequestsMock, era: str) -> None:
     engine.post(f"{API}/jobs", status=202, json=note_job())
     result = await client.call_tool("kb_addnote", {"text": "x", "collection": "memory", "tags": ["prefs"]})

@@ -36,7 +36,7 @@ from kb_bridge.runtime import Bridge
 from kb_bridge.tools import tasks
 from kb_bridge.tools.links import document_links
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
-from kb_bridge.tools.task_ids import TaskRef, decode, encode, task_key
+from kb_bridge.tools.task_ids import MAX_ID_CHARS, TaskRef, decode, encode, task_key
 from kb_bridge.tools.tasks import CANCELLED, COMPLETED, TaskState, UnknownTask
 
 logger = logging.getLogger(__name__)
@@ -180,14 +180,17 @@ class TaskHandlers:
 
     def _ref(self, ctx: Ctx, params: TaskParams) -> TaskRef:
         """The task an id names, for a caller that may ask: 2026-era requests must declare the extension
-        (-32021), an `Mcp-Name` header must name the same task (-32020, SEP-2243), an id this configuration
-        did not sign is unknown (-32602)."""
+        (-32021), an id longer than any this bridge makes is refused before any other work (-32602), an
+        `Mcp-Name` header must name the same task (-32020, SEP-2243), an id this configuration did not seal is
+        unknown (-32602)."""
         if ctx.protocol_version in MODERN and not _declared(ctx):
             raise MCPError(
                 code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
                 message=f"Client did not declare required extension {EXTENSION!r}",
                 data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
             )
+        if len(params.task_id) > MAX_ID_CHARS:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"unknown task: a task id has at most {MAX_ID_CHARS} characters")
         headers = getattr(ctx.request, "headers", None)
         named = headers.get("mcp-name") if headers is not None else None
         if named is not None and named.strip() != params.task_id:
