@@ -126,7 +126,7 @@ class McpSettings:
     otel: bool = False
     # Bearer token for /metrics; when unset, the MCP keys open it too (and nothing does without auth).
     metrics_token: Secret | None = None
-    # KB_MCP_TASK_KEY: a secret that signs task ids (tools/task_ids.py), for replicas that share no other one.
+    # KB_MCP_TASK_KEY: a secret that seals task ids (tools/task_ids.py), for replicas that share no other one.
     task_key: Secret | None = None
 
     @property
@@ -192,13 +192,13 @@ class Settings:
 
     def shared_secrets(self) -> list[str]:
         """What every host of one deployment holds and no caller knows: the secrets, and the digests of the
-        tokens file's tokens. Task ids are signed with them (tools/task_ids.py)."""
+        tokens file's tokens. Task ids are sealed with them (tools/task_ids.py)."""
         return [*self.secrets(), *(token.sha256.hex() for token in self.mcp.named_tokens)]
 
     @property
     def shares_no_secret(self) -> bool:
         """Callers of different reach (auth on) and no secret every host holds: OAuth alone in front of a keyless
-        engine. Task ids are then signed with a key the server makes (tools/task_ids.py, serving/gunicorn.py)."""
+        engine. Task ids are then sealed with a key the server makes (tools/task_ids.py, serving/gunicorn.py)."""
         return self.mcp.auth_enabled and not self.shared_secrets()
 
 

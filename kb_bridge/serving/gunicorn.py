@@ -39,9 +39,9 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
     if settings.mcp.metrics and not os.environ.get(MULTIPROC_ENV):
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
 
-    # Task ids are signed with the deployment's secrets; OAuth alone in front of a keyless engine has none, so
-    # they are signed with a key made here, in the master before any worker starts, so that every worker of
-    # this server checks the ids the others made (tools/task_ids.py). Its replicas need KB_MCP_TASK_KEY alike.
+    # Task ids are sealed with the deployment's secrets; OAuth alone in front of a keyless engine has none, so
+    # they are sealed with a key made here, in the master before any worker starts, so that every worker of
+    # this server opens the ids the others made (tools/task_ids.py). Its replicas need KB_MCP_TASK_KEY alike.
     if settings.shares_no_secret:
         os.environ.setdefault("KB_MCP_TASK_KEY", secrets.token_urlsafe(32))
 
