@@ -86,6 +86,49 @@ def test_updated_since_and_update_order(client: FlaskClient) -> None:
     assert hour_later["total"] == 2
 
 
+def test_a_page_after_a_listed_document_holds_what_follows_it_whatever_changed_before_it(client: FlaskClient) -> None:
+    """3.14 `after=<updated_at>,<id>`: keyset paging. Three notes share one update time, so the id breaks the tie."""
+    same = "2026-03-01T00:00:00.000Z"
+    notes = [add_note(client, f"note {n}", created_at=same if n < 3 else f"2026-03-0{n - 1}T00:00:00Z",
+                      tags=["collection:memory"]) for n in range(5)]
+
+    def page(**query: object) -> tuple[list[int], dict[str, object]]:
+        listing = client.get(f"{API}/documents", query_string=query).json
+        return [d["id"] for d in listing["documents"]], listing
+
+    everything, listing = page()
+    assert listing["after"] is None  # answered even when not asked: this engine knows it
+    assert everything == [notes[4]["id"], notes[3]["id"], notes[2]["id"], notes[1]["id"], notes[0]["id"]]
+    first, _ = page(limit=3)
+    seen = client.get(f"{API}/documents/{first[-1]}").json  # notes[2]: a tie with the two that follow
+    key = f"{seen['updated_at']},{seen['id']}"
+    rest, listing = page(after=key, tag="collection:memory")
+    assert rest == everything[3:] and listing["total"] == 5 and listing["after"] == key
+    assert page(after=key, limit=1, offset=1)[0] == everything[4:]  # the offset counts from the key
+    # What happens before the key moves nothing after it: a seen note deleted, a note added, a seen one updated.
+    assert client.delete(f"{API}/documents/{first[0]}").status_code == 204
+    add_note(client, "a new note", tags=["collection:memory"])
+    client.post(f"{API}/documents/{first[1]}/tags", json={"tags": ["touched"]})
+    rest, listing = page(after=key)
+    assert rest == everything[3:] and listing["total"] == 5
+    # A note after the key that is updated moves ahead of it: the page no longer holds it.
+    client.post(f"{API}/documents/{everything[3]}/tags", json={"tags": ["touched"]})
+    assert page(after=key)[0] == everything[4:]
+    assert page(after=f"{seen['updated_at']},{everything[4]}")[0] == []
+
+
+@pytest.mark.parametrize("value", [
+    "garbage", "2026-03-01T00:00:00.000Z", "2026-03-01T00:00:00.000Z,", ",5", "2026-03-01T00:00:00.000Z,0",
+    "2026-03-01T00:00:00.000Z,+5", "2026-03-01T00:00:00.000Z,٥", "2026-03-01T00:00:00.000Z,99999999999999999999",
+    "2026-13-01T00:00:00.000Z,5", "2026-03-01T00:00:00+02:00,5", "2026-03-01,5", "2026-03-01T00:00:00.000Z,5,6",
+    "٢٠٢٦-03-01T00:00:00.000Z,5", "2026-03-01T00:00:00.1234567Z,5",
+])
+def test_an_after_that_is_not_a_listed_documents_key_is_422_naming_it(client: FlaskClient, value: str) -> None:
+    response = client.get(f"{API}/documents", query_string={"after": value})
+    assert response.status_code == 422 and error_code(response) == "validation_error", response.json
+    assert response.json["error"]["message"].startswith("after"), response.json
+
+
 def test_delete_removes_chunks_index_entries_vectors_and_tags(vector_app: flask.Flask) -> None:
     client = vector_app.test_client()
     keep = add_note(client, "the surviving note about herons", tags=["t"])

@@ -26,8 +26,12 @@ def list_documents() -> dict[str, object]:
         **bounds,
     )
     limit, offset = validation.page_args()
-    found, total = engine.store.list_documents(where, limit, offset)
-    return {"documents": found, "total": total, "time_filters": bounds}
+    # Keyset paging (3.14): a page after a document already listed, wherever the documents before it went.
+    after = validation.listing_key("after")
+    found, total = engine.store.list_documents(where, limit, offset, after)
+    # `after` answered, even null, tells a client this engine knows it (the bridge's cursors do).
+    return {"documents": found, "total": total, "time_filters": bounds,
+            "after": f"{after[0]},{after[1]}" if after else None}
 
 
 @blueprint.get("/api/v1/documents/<id:doc_id>")

@@ -8,12 +8,14 @@ on both stores means a client never sees a note taken on SQLite and refused (or 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from flask import request
 from werkzeug.exceptions import BadRequest as WerkzeugBadRequest
 
+from ..clock import parse_iso
 from ..errors import BadRequest, UnsupportedMediaType, ValidationError
 from .times import timestamp
 
@@ -185,6 +187,28 @@ def query_number(name: str, text: str, low: int, high: int) -> int:
 def page_args(default_limit: int = 50, max_limit: int = 500) -> tuple[int, int]:
     """`limit` and `offset` of a listing."""
     return arg_int("limit", default_limit, 1, max_limit), arg_int("offset", 0, 0, 1 << 62)
+
+
+# A stored time in the API's form (clock.py), or as engines before it wrote it (no milliseconds): UTC with
+# `Z`, ASCII digits only. Any fraction up to microseconds: the same form kb-bridge checks its cursors' times by.
+_STORED_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
+
+
+def listing_key(name: str) -> tuple[str, int] | None:
+    """`<updated_at>,<id>` of a document a listing answered (engine 3.14): the page starts after it. None when
+    absent or empty. The time stays as given, not normalised: the listing compares it, as text, with the
+    stored times it sorts by, and those are what it answered, so only their form is taken."""
+    text = request.args.get(name)
+    if not text:
+        return None
+    stamp, comma, ident = text.rpartition(",")
+    if not comma or not _STORED_TIME.fullmatch(stamp):
+        raise ValidationError(f"{name} must be <updated_at>,<id> of a listed document, e.g. 2026-04-01T08:00:00.000Z,42")
+    try:
+        parse_iso(stamp, name)
+    except ValidationError:
+        raise ValidationError(f"{name} holds a time that does not exist: {stamp!r}") from None
+    return stamp, query_number(f"{name}'s id", ident, 1, 2**63 - 1)
 
 
 def arg_bool(name: str, default: bool) -> bool:

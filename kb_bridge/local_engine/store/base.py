@@ -295,7 +295,10 @@ class Store(Protocol):
     def get_document(self, doc_id: int, detail: bool = False) -> JSON:
         """The document (NotFound otherwise); with `detail`, its `content` and `chunks` too."""
 
-    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]: ...
+    def list_documents(self, where: DocumentFilter, limit: int, offset: int,
+                       after: tuple[str, int] | None = None) -> tuple[list[JSON], int]:
+        """A page of the documents `where` allows, newest update first (ties: the higher id first), and how many
+        it allows in all. `after` (updated_at, id): only those that sort after that key, `offset` counted from it."""
 
     def delete_document(self, doc_id: int) -> None: ...
 

@@ -84,9 +84,10 @@ class SqlReads:
 
         return filename, content_type, pieces()
 
-    def list_documents(self, where: DocumentFilter, limit: int, offset: int) -> tuple[list[JSON], int]:
+    def list_documents(self, where: DocumentFilter, limit: int, offset: int,
+                       after: tuple[str, int] | None = None) -> tuple[list[JSON], int]:
         with self.db.snapshot() as conn:
-            return self.sql_documents.list_documents(conn, where, limit, offset)
+            return self.sql_documents.list_documents(conn, where, limit, offset, after)
 
     def list_tags(self, prefix: str | None, within: str | None = None) -> list[JSON]:
         with self.db.snapshot() as conn:

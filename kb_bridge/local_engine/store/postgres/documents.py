@@ -68,12 +68,17 @@ def get_document_detail(conn: Any, doc_id: int) -> dict[str, object]:
     return document
 
 
-def list_documents(conn: Any, where: DocumentFilter, limit: int, offset: int) -> tuple[list[dict[str, object]], int]:
+def list_documents(conn: Any, where: DocumentFilter, limit: int, offset: int,
+                   after: tuple[str, int] | None = None) -> tuple[list[dict[str, object]], int]:
     clause, params = where_sql(where)
     if tags_alone(where):
         total = count_tagged(conn, where.tags, "%s")
     else:
         total = conn.execute(f"SELECT COUNT(*) FROM documents d WHERE {clause}", params).fetchone()[0]
+    if after is not None:
+        # Strictly after the key in the listing's order (the same collation as ORDER BY, so they agree).
+        clause += " AND (d.updated_at, d.id) < (%s, %s)"
+        params = [*params, *after]
     rows = dicts(conn, f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} "
                        "ORDER BY d.updated_at DESC, d.id DESC LIMIT %s OFFSET %s", [*params, limit, offset])
     tags = tags_of(conn, [row["id"] for row in rows])

@@ -131,7 +131,7 @@ def _reading_sql(conn: sqlite3.Connection, where: DocumentFilter) -> tuple[str, 
 
 
 def list_documents(
-    conn: sqlite3.Connection, where: DocumentFilter, limit: int, offset: int
+    conn: sqlite3.Connection, where: DocumentFilter, limit: int, offset: int, after: tuple[str, int] | None = None
 ) -> tuple[list[dict[str, object]], int]:
     rarest = driving_tag(conn, where)
     clause, params = where_sql(where, driving_tag=rarest)
@@ -142,7 +142,12 @@ def list_documents(
     # The planner walks the newest first, checking the filter on each document, which stops early when many
     # match. When few do, "+" keeps that index out so that the filter's own index finds them: a time bound
     # that none of a million documents met took 414 ms walking them all, 0.1 ms so.
-    order = "+d.updated_at DESC, +d.id DESC" if total < FEW_DOCUMENTS else "d.updated_at DESC, d.id DESC"
+    few = total < FEW_DOCUMENTS
+    order = "+d.updated_at DESC, +d.id DESC" if few else "d.updated_at DESC, d.id DESC"
+    if after is not None:
+        # Strictly after the key in that order; when many match, the (updated_at, id) index starts there.
+        clause += " AND (+d.updated_at, +d.id) < (?, ?)" if few else " AND (d.updated_at, d.id) < (?, ?)"
+        params = [*params, *after]
     rows = conn.execute(
         f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
         [*params, limit, offset],
