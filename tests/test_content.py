@@ -15,14 +15,28 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_resources_list_pages_recent_documents_with_cursors(client: Client, engine: responses.RequestsMock) -> None:
-    engine.get(f"{API}/documents", json={"documents": [document(i, title=f"t{i}") for i in range(50, 0, -1)], "total": 60})
-    engine.get(f"{API}/documents", json={"documents": [document(i) for i in range(100, 90, -1)], "total": 60})
+    # An engine before 3.14 (no `after`): offset cursors. The bridge asks for one more than a page (51).
+    engine.get(f"{API}/documents", json={"documents": [document(i, title=f"t{i}") for i in range(60, 9, -1)], "total": 60})
+    engine.get(f"{API}/documents", json={"documents": [document(i) for i in range(10, 0, -1)], "total": 60})
     first = await client.list_resources()
-    assert len(first.resources) == 50 and first.resources[0].uri == "kb://document/50"
-    assert first.resources[0].title == "t50" and first.next_cursor
+    assert len(first.resources) == 50 and first.resources[0].uri == "kb://document/60"
+    assert first.resources[0].title == "t60" and first.next_cursor
     second = await client.list_resources(cursor=first.next_cursor)
     assert len(second.resources) == 10 and second.next_cursor is None
-    assert "offset=50" in engine.calls[1].request.url
+    assert "limit=51" in engine.calls[0].request.url and "offset=50" in engine.calls[1].request.url
+
+
+async def test_resources_list_pages_by_the_last_documents_key(client: Client, engine: responses.RequestsMock) -> None:
+    """resources/list shares kb_list's cursor: against an engine that pages by key (3.14), the next page is
+    asked for after the last document returned, so notes added or deleted meanwhile move nothing."""
+    engine.get(f"{API}/documents", json={"documents": [document(i, updated_at=f"2026-04-05T08:00:{i:02d}.000Z")
+                                                       for i in range(59, 8, -1)], "total": 59, "after": None})
+    engine.get(f"{API}/documents", json={"documents": [document(9)], "total": 59, "after": "2026-04-05T08:00:10.000Z,10"})
+    first = await client.list_resources()
+    second = await client.list_resources(cursor=first.next_cursor)
+    assert "after=2026-04-05T08%3A00%3A10.000Z%2C10" in engine.calls[1].request.url
+    assert "offset" not in engine.calls[1].request.url
+    assert [r.uri for r in second.resources] == ["kb://document/9"] and second.next_cursor is None
 
 
 async def test_resource_templates_are_listed(client: Client) -> None:

@@ -3,7 +3,9 @@ no silent overwrites — through the real MCP server in process, engine faked.""
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -12,8 +14,11 @@ import pytest
 import responses
 from mcp import Client
 
+from kb_bridge.auth.principal import Principal
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
+from kb_bridge.tools import browse
+from kb_bridge.tools.spec import ToolContext
 from kb_bridge.testing.fake_engine import API, make_settings
 from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job
 
@@ -56,24 +61,223 @@ async def test_collection_details_count_by_doc_type_and_latest_update(client: Cl
 
 
 async def test_list_filters_and_paginates_with_a_cursor(client: Client, engine: responses.RequestsMock) -> None:
-    engine.get(f"{API}/documents", json={"documents": [document(i) for i in (9, 8)], "total": 3})
+    # An engine before 3.14 (no `after` in its answers): the cursor holds an offset.
+    engine.get(f"{API}/documents", json={"documents": [document(i) for i in (9, 8, 7)], "total": 3})
     engine.get(f"{API}/documents", json={"documents": [document(7)], "total": 3})
     first = await client.call_tool("kb_list", {"collection": "memory", "tags": ["a"], "doc_type": "note", "updated_since": "2026-01-01", "limit": 2})
     params = query(engine.calls[0])
     assert params["tag"] == ["collection:memory", "a"] and params["doc_type"] == ["note"]
-    assert params["updated_since"] == ["2026-01-01"] and params["limit"] == ["2"] and params["offset"] == ["0"]
+    # One more than a page: whether it comes says whether another page follows.
+    assert params["updated_since"] == ["2026-01-01"] and params["limit"] == ["3"] and params["offset"] == ["0"]
+    assert [d["id"] for d in first.structured_content["documents"]] == [9, 8]
     cursor = first.structured_content["next_cursor"]
     assert cursor and first.structured_content["total"] == 3
     second = await client.call_tool("kb_list", {"collection": "memory", "limit": 2, "cursor": cursor})
-    assert query(engine.calls[1])["offset"] == ["2"]
+    assert query(engine.calls[1])["offset"] == ["2"] and "after" not in query(engine.calls[1])
     assert second.structured_content["next_cursor"] is None
 
 
-@pytest.mark.parametrize(("arguments", "field"), [({"cursor": "garbage!"}, "cursor"), ({"updated_since": "yesterday"}, "updated_since"), ({"updated_since": "2026-13-45"}, "updated_since")])
+def _cursor(data: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("arguments", "field"), [
+    ({"cursor": "garbage!"}, "cursor"), ({"updated_since": "yesterday"}, "updated_since"),
+    ({"updated_since": "2026-13-45"}, "updated_since"),
+    # Cursors that look like ours but are not: forged keys, an offset of the wrong kind, two positions at once.
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z", 0]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00+02:00", 5]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-02-30T08:00:00.000Z", 5]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z,1", 5]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z", True]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z", 2**63]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z"]})}, "cursor"),
+    ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z", 5], "o": 1})}, "cursor"),
+    ({"cursor": _cursor({"o": -1})}, "cursor"), ({"cursor": _cursor({"o": 2.5})}, "cursor"),
+    ({"cursor": _cursor({"m": {"memory": 1}})}, "cursor"),  # a merged listing's, for a token without one
+])
 async def test_list_rejects_bad_cursor_and_dates(client: Client, engine: responses.RequestsMock, arguments: dict, field: str) -> None:
     result = await client.call_tool("kb_list", arguments)
     assert result.is_error and result.structured_content["error"]["field"] == field
+    assert result.structured_content["error"]["code"] == "VALIDATION_ERROR"
     assert not engine.calls
+
+
+class Listing:
+    """A fake engine's documents behind GET /documents, answered as the local engine does: newest update first
+    (ties: the higher id), tags all must match, `updated_since`, `limit`, `offset`, `total`, and `after` (3.14) unless `keyset`
+    is off (an older engine). Documents come and go between pages with add, update and delete."""
+
+    def __init__(self, mock: responses.RequestsMock, keyset: bool = True) -> None:
+        self.docs: dict[int, dict[str, Any]] = {}
+        self.keyset = keyset
+        self._minute = 0
+        mock.add_callback(responses.GET, f"{API}/documents", callback=self._answer)
+
+    def add(self, ident: int, collection: str = "memory") -> None:
+        self.docs[ident] = document(ident, tags=[f"collection:{collection}"])
+        self.update(ident)
+
+    def update(self, ident: int) -> None:
+        self._minute += 1
+        self.docs[ident]["updated_at"] = f"2026-04-05T08:{self._minute:02d}:00.000Z"
+
+    def delete(self, ident: int) -> None:
+        del self.docs[ident]
+
+    def _answer(self, request: responses.PreparedRequest) -> tuple[int, dict[str, str], str]:
+        asked = query_of(request.url)
+        since = asked.get("updated_since", [""])[0]
+        found = sorted((d for d in self.docs.values()
+                        if set(asked.get("tag", [])) <= set(d["tags"]) and d["updated_at"] >= since),
+                       key=lambda d: (d["updated_at"], d["id"]), reverse=True)
+        total = len(found)
+        after = asked.get("after", [None])[0] if self.keyset else None
+        if after is not None:
+            stamp, _, ident = after.rpartition(",")
+            found = [d for d in found if (d["updated_at"], d["id"]) < (stamp, int(ident))]
+        offset, limit = int(asked.get("offset", ["0"])[0]), int(asked["limit"][0])
+        answer: dict[str, Any] = {"documents": found[offset:offset + limit], "total": total}
+        if self.keyset:
+            answer["after"] = after
+        return 200, {}, json.dumps(answer)
+
+
+def query_of(url: str | None) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(url or "").query)
+
+
+async def _walk(client: Client, changes: dict[int, Callable[[], None]], limit: int = 2) -> list[int]:
+    """Every document id kb_list returns, page by page; changes[n] runs after page n (from 1)."""
+    seen: list[int] = []
+    cursor, page = None, 0
+    while True:
+        listed = await client.call_tool("kb_list", {"limit": limit, **({"cursor": cursor} if cursor else {})})
+        assert not listed.is_error, listed.structured_content
+        seen += [d["id"] for d in listed.structured_content["documents"]]
+        page += 1
+        changes.get(page, lambda: None)()
+        cursor = listed.structured_content["next_cursor"]
+        if cursor is None:
+            return seen
+
+
+def _six(engine: responses.RequestsMock) -> Listing:
+    """Notes 8 to 13, 13 updated last: the listing is 13, 12, 11, 10, 9, 8."""
+    listing = Listing(engine)
+    for ident in range(8, 14):
+        listing.add(ident)
+    return listing
+
+
+async def test_list_paging_never_skips_a_document_when_one_already_seen_is_deleted(
+        client: Client, engine: responses.RequestsMock) -> None:
+    listing = _six(engine)
+    # An offset cursor skipped 11: it moved into the place 12 had left.
+    assert await _walk(client, {1: lambda: listing.delete(12)}) == [13, 12, 11, 10, 9, 8]
+
+
+async def test_list_paging_never_repeats_a_document_when_one_is_added(client: Client, engine: responses.RequestsMock) -> None:
+    listing = _six(engine)
+    # An offset cursor returned 12 twice: the new note pushed it onto the second page.
+    assert await _walk(client, {1: lambda: listing.add(14)}) == [13, 12, 11, 10, 9, 8]
+
+
+async def test_list_paging_never_repeats_an_updated_document_and_the_walk_misses_only_one_updated_ahead(
+        client: Client, engine: responses.RequestsMock) -> None:
+    listing = _six(engine)
+    began = listing.docs[13]["updated_at"]  # the time the walk began, as far as this listing can tell
+    # 12 (seen) and 10 (not yet) are updated after the first page, which moves both to the front: by offset
+    # the walk was 13, 12, 13, 11, 9, 8. By key, both are ahead of the cursor: 12 is not repeated, and 10 is
+    # not reached in this walk...
+    seen = await _walk(client, {1: lambda: (listing.update(12), listing.update(10))})
+    assert seen == [13, 12, 11, 9, 8]
+    # ...and the agent catches up on what changed since the walk began with updated_since.
+    caught_up = await client.call_tool("kb_list", {"updated_since": began})
+    assert [d["id"] for d in caught_up.structured_content["documents"]] == [10, 12, 13]
+
+
+async def test_list_paging_by_key_sends_the_last_documents_key_and_no_offset(client: Client, engine: responses.RequestsMock) -> None:
+    listing = _six(engine)
+    first = await client.call_tool("kb_list", {"limit": 2})
+    await client.call_tool("kb_list", {"limit": 2, "cursor": first.structured_content["next_cursor"]})
+    asked = query_of(engine.calls[1].request.url)
+    assert asked["after"] == [f"{listing.docs[12]['updated_at']},12"] and "offset" not in asked and asked["limit"] == ["3"]
+    # An exact last page says so: no cursor to an empty page.
+    last = await client.call_tool("kb_list", {"limit": 6})
+    assert len(last.structured_content["documents"]) == 6 and last.structured_content["next_cursor"] is None
+
+
+async def test_an_offset_cursor_from_before_an_engine_upgrade_goes_on_by_key(client: Client, engine: responses.RequestsMock) -> None:
+    listing = _six(engine)
+    listing.keyset = False
+    first = await client.call_tool("kb_list", {"limit": 2})
+    listing.keyset = True
+    second = await client.call_tool("kb_list", {"limit": 2, "cursor": first.structured_content["next_cursor"]})
+    assert query_of(engine.calls[1].request.url)["offset"] == ["2"]
+    third = await client.call_tool("kb_list", {"limit": 2, "cursor": second.structured_content["next_cursor"]})
+    assert query_of(engine.calls[2].request.url)["after"] == [f"{listing.docs[10]['updated_at']},10"]
+    assert [d["id"] for d in third.structured_content["documents"]] == [9, 8]
+
+
+async def test_a_key_cursor_answered_by_an_engine_that_ignores_after_is_engine_unsupported(
+        client: Client, engine: responses.RequestsMock) -> None:
+    """An older replica behind a balancer lists from the start: that page must not pass for the next one."""
+    listing = _six(engine)
+    first = await client.call_tool("kb_list", {"limit": 2})
+    listing.keyset = False
+    engine.get(f"{API}/status", json={"version": "3.13.0"})
+    result = await client.call_tool("kb_list", {"limit": 2, "cursor": first.structured_content["next_cursor"]})
+    error = result.structured_content["error"]
+    assert result.is_error and error["code"] == "ENGINE_UNSUPPORTED" and "3.14" in error["message"]
+
+
+async def test_a_key_walk_meeting_a_document_without_a_usable_key_says_the_engine_answered_badly(
+        client: Client, engine: responses.RequestsMock) -> None:
+    """No offset is known on a walk by key, so it cannot fall back to one: a clear error, never a wrong page."""
+    listing = _six(engine)
+    first = await client.call_tool("kb_list", {"limit": 2})
+    listing.docs[10]["updated_at"] = "2026-04-05T08:04:00.000Z".replace("Z", "+00:00")  # not the API's form
+    result = await client.call_tool("kb_list", {"limit": 2, "cursor": first.structured_content["next_cursor"]})
+    assert result.is_error and result.structured_content["error"]["code"] == "ENGINE_ERROR"
+    assert "updated_at" in result.structured_content["error"]["message"]
+
+
+MEM_AND_NOTES = Principal("pair", collections=frozenset({"mem", "notes"}), kind="token")
+
+
+def _merged_walk(bridge: Bridge, changes: dict[int, Callable[[], None]]) -> list[int]:
+    """kb_list's walk as a token limited to two collections sees it (one engine listing per collection)."""
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    seen: list[int] = []
+    cursor, page = None, 0
+    while True:
+        result = browse.list_documents(ctx, browse.ListArguments(limit=2, cursor=cursor))
+        seen += [d["id"] for d in result["documents"]]
+        page += 1
+        changes.get(page, lambda: None)()
+        cursor = result["next_cursor"]
+        if cursor is None:
+            return seen
+
+
+@pytest.mark.parametrize("keyset", [True, False])
+def test_merged_paging_over_two_collections_never_skips_or_repeats_while_notes_change(
+        bridge: Bridge, engine: responses.RequestsMock, keyset: bool) -> None:
+    listing = Listing(engine, keyset=keyset)
+    for ident in range(8, 14):  # 13, 11, 9 in mem; 12, 10, 8 in notes
+        listing.add(ident, "mem" if ident % 2 else "notes")
+    listing.add(99, "secret")
+    undisturbed = _merged_walk(bridge, {})
+    assert undisturbed == [13, 12, 11, 10, 9, 8]
+    if not keyset:
+        return  # an engine before 3.14 keeps the offsets of old, as the walk above shows they still serve
+    # After the first page [13, 12]: 12 (seen, notes) deleted, 14 added to mem, 13 (seen, mem) updated. By
+    # offsets per collection the walk was 13, 12, 14, 11, 9, 8 (10 skipped); by the one key it goes on from 12.
+    changed = _merged_walk(bridge, {1: lambda: (listing.delete(12), listing.add(14, "mem"), listing.update(13))})
+    assert changed == [13, 12, 11, 10, 9, 8]
+    tags = [query_of(call.request.url)["tag"] for call in engine.calls]
+    assert ["collection:secret"] not in tags and all(len(t) == 1 for t in tags)
 
 
 # --- kb_delete -----------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from kb_bridge.redaction import Redactor
 from kb_bridge.client import deadline
 from kb_bridge.client.retry import RetryPolicy
 from kb_bridge.client.translation import Outcome, clean_message, error_for_answer, transport_errors
-from kb_bridge.client.versions import engine_version, lacks_time_filters, version_problem
+from kb_bridge.client.versions import engine_version, lacks_keyset_paging, lacks_time_filters, version_problem
 from kb_bridge.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -201,8 +201,15 @@ class EngineClient:
         return self._json(Call("DELETE", path, "DELETE /jobs/{id}", f"job {job_id}", retry_safe=True, write=True))
 
     def list_documents(self, params: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+        """A page of documents; with `after` (engine 3.14) the page after that key, which the answer names."""
         answer = self._json(Call("GET", f"{API}/documents", "GET /documents", "documents", retry_safe=True, params=params))
-        return self._time_filtered(any(key in TIME_BOUNDS for key, _ in params), answer)
+        answer = self._time_filtered(any(key in TIME_BOUNDS for key, _ in params), answer)
+        # As for time bounds, checked on the answer: an engine (or one replica) before 3.14 ignores `after`
+        # and answers the listing's first page, which must never pass for the page after the key.
+        if any(key == "after" for key, _ in params) and answer.get("after") is None:
+            status = self.status()
+            raise EngineUnsupported(lacks_keyset_paging(status), engine_version=engine_version(status) or None)
+        return answer
 
     def get_document(self, document_id: int) -> dict[str, Any]:
         path = f"{API}/documents/{segment(document_id)}"

@@ -12,6 +12,8 @@ from typing import Any
 MIN_ENGINE_VERSION = (3, 0, 0)
 # Search and listings filtered by created/updated time (kb_search and kb_list `since`/`until`).
 TIME_FILTERS_VERSION = (3, 8, 0)
+# Listings paged by key (GET /documents?after=): kb_list's and resources/list's cursors (tools/cursors.py).
+KEYSET_PAGING_VERSION = (3, 14, 0)
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -42,3 +44,12 @@ def lacks_time_filters(status: Mapping[str, Any]) -> str:
     version = engine_version(status) or "unknown"
     wanted = ".".join(str(n) for n in TIME_FILTERS_VERSION)
     return f"the kb engine (version {version}) cannot filter by time; since and until need engine {wanted} or newer"
+
+
+def lacks_keyset_paging(status: Mapping[str, Any]) -> str:
+    """Why an engine that answered a listing asked for `after` without saying it applied it cannot serve the
+    cursor (it listed from the start: the page would repeat what the agent has)."""
+    version = engine_version(status) or "unknown"
+    wanted = ".".join(str(n) for n in KEYSET_PAGING_VERSION)
+    return (f"the kb engine (version {version}) cannot continue this listing from its cursor (that needs engine "
+            f"{wanted} or newer); list again without a cursor")

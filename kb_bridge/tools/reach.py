@@ -10,23 +10,21 @@ decided from the job itself, never from anything the caller sends). An unlimited
 (every principal without such a limit) costs nothing extra: each helper passes straight through.
 
 The engine filters by tags that must all match, so a principal limited to several collections is served by
-one engine call per collection: searches are merged by score, listings by update time with a cursor that
-keeps one offset per collection (docs/architecture.md, "Authorization").
+one engine call per collection: searches are merged by score, listings by update time with one cursor for
+all of them (tools/cursors.py; docs/architecture.md, "Authorization").
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import Forbidden, InvalidArgument, NotFound
+from kb_bridge.errors import EngineBadResponse, Forbidden, InvalidArgument, NotFound
+from kb_bridge.tools import cursors
 
 Params = list[tuple[str, Any]]
 
@@ -137,74 +135,64 @@ def _score(hit: dict[str, Any]) -> float:
 # --- pages of documents ------------------------------------------------------------------------
 
 
-def encode_cursor(state: int | dict[str, int]) -> str:
-    key = "o" if isinstance(state, int) else "m"
-    return base64.urlsafe_b64encode(json.dumps({key: state}).encode()).decode().rstrip("=")
-
-
-def _decode(cursor: str, field: str) -> Any:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError, TypeError):
-        raise InvalidArgument(field, "is not a cursor this server returned") from None
-    if not isinstance(data, dict) or len(data) != 1:
-        raise InvalidArgument(field, "is not a cursor this server returned")
-    return data
-
-
-def decode_cursor(cursor: str, field: str = "cursor") -> int:
-    """The offset of a single-listing cursor."""
-    offset = _decode(cursor, field).get("o")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise InvalidArgument(field, "is not a cursor this server returned")
-    return offset
-
-
-def _decode_offsets(cursor: str, names: Sequence[str], field: str) -> dict[str, int]:
-    offsets = _decode(cursor, field).get("m")
-    if not isinstance(offsets, dict) or set(offsets) != set(names) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in offsets.values()
-    ):
-        raise InvalidArgument(field, "is not a cursor this server returned (for this token)")
-    return offsets
-
-
 def page_of_documents(
     engine: EngineClient, principal: Principal, params: Params, collection: str | None, tags: Sequence[str],
     limit: int, cursor: str | None, field: str = "cursor",
 ) -> tuple[list[dict[str, Any]], int, str | None]:
     """One page of the engine's documents the principal may see: (raw documents, total, next cursor).
 
-    `params` are the engine filters other than tags; `collection` and `tags` filter as in kb_list."""
+    `params` are the engine filters other than tags; `collection` and `tags` filter as in kb_list. The cursor
+    (tools/cursors.py) holds the last document's key where the engine pages by key (3.14), so documents added,
+    deleted or updated before it move nothing after it; an older engine's cursor holds an offset."""
     names = collections_to_search(principal, collection)
     user_tags = collection_tags.check_user_tags(tags)
+    position = cursors.decode(cursor, field) if cursor is not None else None
     if not names:
-        if cursor is not None:
-            decode_cursor(cursor, field)
         return [], 0, None
     if len(names) == 1:
-        offset = decode_cursor(cursor, field) if cursor is not None else 0
+        if isinstance(position, dict):
+            raise InvalidArgument(field, "is not a cursor this server returned (for this token)")
         tag_params = [("tag", t) for t in collection_tags.tags_with_collection(names[0], user_tags)]
-        raw = engine.list_documents([*params, *tag_params, ("limit", limit), ("offset", offset)])
-        docs = shapes.listed(raw, "documents")
-        total = _total(raw, docs)
-        following = offset + len(docs)
-        return docs, total, encode_cursor(following) if docs and following < total else None
-    return _merged_page(engine, params, [n for n in names if n is not None], user_tags, limit, cursor, field)
+        docs, total, keyed = _listing(engine, [*params, *tag_params], limit, position)
+        page = docs[:limit]
+        if len(docs) <= limit:
+            return page, total, None
+        offset = position if isinstance(position, int) else 0
+        return page, total, _next_cursor(keyed, page[-1], position, offset + len(page))
+    return _merged_page(engine, params, [n for n in names if n is not None], user_tags, limit, position, field)
+
+
+def _listing(
+    engine: EngineClient, params: Params, limit: int, position: cursors.Key | int | None,
+) -> tuple[list[dict[str, Any]], int, bool]:
+    """(documents, total, whether the engine pages by key) of one engine listing from `position`. It asks for
+    one document more than a page: whether that one comes says whether another page follows (a total read
+    earlier cannot: documents come and go between pages)."""
+    where = [("after", position.param())] if isinstance(position, cursors.Key) else [("offset", position or 0)]
+    raw = engine.list_documents([*params, ("limit", limit + 1), *where])
+    docs = shapes.listed(raw, "documents")
+    total = raw.get("total")
+    # An engine that knows `after` says so in every listing's answer (null when not asked).
+    return docs, total if isinstance(total, int) else len(docs), "after" in raw
 
 
 def _merged_page(
-    engine: EngineClient, params: Params, names: list[str], tags: list[str], limit: int, cursor: str | None, field: str
+    engine: EngineClient, params: Params, names: list[str], tags: list[str], limit: int,
+    position: cursors.Position | None, field: str,
 ) -> tuple[list[dict[str, Any]], int, str | None]:
-    offsets = _decode_offsets(cursor, names, field) if cursor is not None else dict.fromkeys(names, 0)
+    """One page of several collections' listings, merged newest update first (one engine call each)."""
+    if isinstance(position, int):
+        raise InvalidArgument(field, "is not a cursor this server returned (for this token)")
+    key = position if isinstance(position, cursors.Key) else None
+    offsets = cursors.offsets_for(position, names, field) if key is None else {}
     pages: dict[str, list[dict[str, Any]]] = {}
     total = 0
+    keyed = True
     for name in names:
         tag_params = [("tag", t) for t in collection_tags.tags_with_collection(name, tags)]
-        raw = engine.list_documents([*params, *tag_params, ("limit", limit), ("offset", offsets[name])])
-        pages[name] = shapes.listed(raw, "documents")
-        total += _total(raw, pages[name], offsets[name])
-    # Each page is newest update first; merge them in that order, taking `limit` in all.
+        # One key serves every collection: each listing is in the one order the merge keeps.
+        docs, count, by_key = _listing(engine, [*params, *tag_params], limit, key or offsets[name])
+        pages[name], total, keyed = docs, total + count, keyed and by_key
     merged = heapq.merge(*[[(_update_key(doc), name, doc) for doc in page] for name, page in pages.items()],
                          key=lambda item: item[0], reverse=True)
     taken: list[dict[str, Any]] = []
@@ -212,17 +200,26 @@ def _merged_page(
         if len(taken) == limit:
             break
         taken.append(doc)
-        offsets[name] += 1
-    following = sum(offsets.values())
-    return taken, total, encode_cursor(offsets) if taken and following < total else None
+        if key is None:
+            offsets[name] += 1
+    if sum(len(page) for page in pages.values()) <= limit:
+        return taken, total, None
+    return taken, total, _next_cursor(keyed, taken[-1], position, offsets)
+
+
+def _next_cursor(keyed: bool, last: dict[str, Any], position: cursors.Position | None,
+                 offsets: int | dict[str, int]) -> str:
+    """The cursor after `last`: its key where the engine pages by key, else the offset(s) reached."""
+    key = cursors.key_of(last) if keyed else None
+    if key is not None:
+        return cursors.encode(key)
+    if isinstance(position, cursors.Key):
+        # This walk came by key, so no offset is known to go on from.
+        raise EngineBadResponse("the kb engine listed a document whose updated_at is not a timestamp in the API's form")
+    return cursors.encode(offsets)
 
 
 def _update_key(doc: dict[str, Any]) -> tuple[str, int]:
     updated = doc.get("updated_at")
     ident = doc.get("id")
     return (updated if isinstance(updated, str) else "", ident if isinstance(ident, int) else 0)
-
-
-def _total(raw: dict[str, Any], docs: list[Any], offset: int = 0) -> int:
-    total = raw.get("total")
-    return total if isinstance(total, int) else offset + len(docs)

@@ -323,6 +323,41 @@ async def test_collection_limits_on_the_read_tools(setup: Setup) -> None:
             assert "documents" not in status["engine"] and "chunks" not in status["engine"]
 
 
+async def test_a_limited_kb_list_walk_neither_skips_nor_repeats_while_notes_change(setup: Setup) -> None:
+    """kb_list's cursor against the real engine (3.14 `after`), merged over two collections of this test's own:
+    after the first page a seen note is deleted; after the second another seen one is updated and a new one
+    added. By offsets per collection the walk was 5, 4, 3, 1, 1, 0 (of notes 0 to 5): 2 skipped, 1 repeated."""
+    walk_a, walk_b = f"authz-walk-a-{SUFFIX}", f"authz-walk-b-{SUFFIX}"
+
+    def add(n: int, collection: str) -> int:
+        added = admin_call(setup.bridge.url, "kb_addnote", {
+            "text": f"{MARKER} walk note {n} kept in {collection}.", "collection": collection, "wait": True})
+        assert added["status"] == "done", added
+        return int(added["document_id"])
+
+    ids = [add(n, walk_a if n % 2 else walk_b) for n in range(6)]
+    newest_first = ids[::-1]
+    async with connect(setup.bridge.url, setup.jwt(sub="walker", kb_collections=[walk_a, walk_b])) as client:
+        first = await call(client, "kb_list", {"limit": 2})
+        assert [d["id"] for d in first["documents"]] == newest_first[:2] and first["total"] == 6
+        seen: list[int] = []
+        page, pages = first, 1
+        while True:
+            seen += [d["id"] for d in page["documents"]]
+            if pages == 1:
+                admin_call(setup.bridge.url, "kb_delete", {"document_id": newest_first[1]})
+            if pages == 2:
+                admin_call(setup.bridge.url, "kb_update_note", {"document_id": newest_first[0], "title": "walked past"})
+                added = add(6, walk_a)
+            if page["next_cursor"] is None:
+                break
+            page, pages = await call(client, "kb_list", {"limit": 2, "cursor": page["next_cursor"]}), pages + 1
+        assert seen == newest_first, seen
+        # What changed meanwhile (the update, the new note) is found by updated_since the walk's start.
+        since = await call(client, "kb_list", {"updated_since": first["documents"][0]["updated_at"]})
+        assert [d["id"] for d in since["documents"]][:2] == [added, newest_first[0]]
+
+
 async def test_collection_limits_on_resources(setup: Setup) -> None:
     token = setup.jwt(sub="memory-agent", kb_collections=[MEM])
     async with connect(setup.bridge.url, token) as client:
