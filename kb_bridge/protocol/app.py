@@ -25,6 +25,7 @@ from kb_bridge.asgi_messages import header, send_json, trimmed_headers
 from kb_bridge.auth.bearer import Authenticator, BearerAuth, Challenge
 from kb_bridge.auth.oauth import OAuthVerifier
 from kb_bridge.auth.principal import ALL_SCOPES, Principal, principal_of
+from kb_bridge.protocol import envelope
 from kb_bridge.protocol.scopes import ScopeRules
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
@@ -42,11 +43,13 @@ MCP_PATHS = ("/mcp", "/mcp/")
 
 
 class McpEndpoint:
-    """/mcp after the door: bounds the request body, then hands the request to a transport.
+    """/mcp after the door: bounds and checks the request body, then hands the request to a transport.
 
     A POST body is read whole (the transport would read it whole anyway) up to KB_MCP_MAX_BODY_BYTES; a
     larger one, declared by Content-Length or only found while reading a chunked body, is answered 413
-    with a JSON-RPC error body before any of it is parsed. The body then picks the transport: a client can
+    with a JSON-RPC error body before any of it is parsed. It is then parsed once and its JSON-RPC envelope checked (envelope.py: a
+    request the SDK would drop as a notification, or refuse with pydantic's text, is answered -32600 here),
+    and the message asks for the token's scopes (scopes.py). The body then picks the transport: a client can
     only receive progress notifications on an SSE answer, and only asks for them by putting a progress
     token in the request, so in "auto" mode a request without one gets the cheaper JSON answer. (The token
     is looked for as bytes: a false positive, the word inside an argument, merely costs an SSE answer.)
@@ -78,8 +81,12 @@ class McpEndpoint:
         if body is None:
             await self._too_large(send)
             return
+        message = envelope.read(body)
+        if isinstance(message, envelope.Refusal):
+            await send_json(send, message.status, message.body())
+            return
         principal = principal_of(scope)
-        if principal.scopes != ALL_SCOPES and await self._refused(principal, body, send):
+        if principal.scopes != ALL_SCOPES and await self._refused(principal, message, send):
             return
         replayed = False
 
@@ -110,19 +117,20 @@ class McpEndpoint:
                 break
         return b"".join(chunks)
 
-    async def _refused(self, principal: Principal, body: bytes, send: Any) -> bool:
-        """403 with a step-up challenge when the body asks for something the token's scopes do not allow."""
-        for scope, what in self._rules.needed(body):
-            if not principal.can(scope):
-                self._on_refusal("insufficient_scope")
-                logger.warning("refused %s to %s: the token lacks the %s scope", what, principal.name, scope)
-                await send_json(
-                    send, 403,
-                    {"error": "insufficient_scope", "error_description": f"{what} needs the {scope} scope", "scope": scope},
-                    [(b"www-authenticate", self._challenge.insufficient_scope(scope))],
-                )
-                return True
-        return False
+    async def _refused(self, principal: Principal, message: dict[str, Any], send: Any) -> bool:
+        """403 with a step-up challenge when the message asks for something the token's scopes do not allow."""
+        needed = self._rules.needed(message)
+        if needed is None or principal.can(needed[0]):
+            return False
+        scope, what = needed
+        self._on_refusal("insufficient_scope")
+        logger.warning("refused %s to %s: the token lacks the %s scope", what, principal.name, scope)
+        await send_json(
+            send, 403,
+            {"error": "insufficient_scope", "error_description": f"{what} needs the {scope} scope", "scope": scope},
+            [(b"www-authenticate", self._challenge.insufficient_scope(scope))],
+        )
+        return True
 
     async def _too_large(self, send: Any) -> None:
         message = f"the request body is larger than this server accepts ({self._max} bytes, KB_MCP_MAX_BODY_BYTES)"

@@ -1,4 +1,4 @@
-"""Which OAuth scope an MCP request needs, read from its JSON-RPC body before the server sees it, so a
+"""Which OAuth scope an MCP request needs, read from its JSON-RPC message before the server sees it, so a
 token without it gets HTTP 403 with a step-up challenge (auth/bearer.py) and nothing reaches the engine.
 
 tools/call needs the tool's own scope (ToolSpec.scope); reading resources needs kb:read; the handshake,
@@ -7,7 +7,6 @@ ping, tools/list (which shows only the tools the token may call), prompts and no
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,24 +26,8 @@ class ScopeRules:
     def __init__(self, specs: Iterable[ToolSpec]) -> None:
         self._tools = {spec.name: spec.scope for spec in specs}
 
-    def needed(self, body: bytes) -> list[tuple[str, str]]:
-        """(scope, what needs it) for each message of the body; an unparseable body needs nothing here
-        (the transport answers it with a parse error), nor one nested deeper than Python's parser goes."""
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):
-            return []
-        messages = data if isinstance(data, list) else [data]
-        needed = []
-        for message in messages:
-            found = self._needed_by(message)
-            if found is not None:
-                needed.append(found)
-        return needed
-
-    def _needed_by(self, message: Any) -> tuple[str, str] | None:
-        if not isinstance(message, dict):
-            return None
+    def needed(self, message: dict[str, Any]) -> tuple[str, str] | None:
+        """(scope, what needs it) for one JSON-RPC message (envelope.py has parsed and checked it), or None."""
         method = message.get("method")
         if method == "tools/call":
             params = message.get("params")

@@ -140,6 +140,15 @@ def test_8_an_mcp_name_header_naming_another_tool_is_still_refused(bridge: Servi
     assert status == 400 and reply["error"]["code"] == -32020  # type: ignore[index]
 
 
+def assert_invalid_request(response: requests.Response, status: int, named: str) -> None:
+    """`status` with a JSON-RPC error -32600, id null, whose short message names what is wrong."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    reply = response.json()
+    assert reply["jsonrpc"] == "2.0" and reply["id"] is None
+    assert reply["error"]["code"] == -32600 and named in reply["error"]["message"], reply
+
+
 def test_9_non_json_content_type_is_rejected(bridge: Service) -> None:
     assert post(bridge, headers={"Content-Type": "text/plain"}).status_code in (400, 415)
 
@@ -151,8 +160,32 @@ def test_9_invalid_json_is_a_parse_error(bridge: Service) -> None:
 
 
 def test_9_batch_is_rejected(bridge: Service) -> None:
-    response = post(bridge, payload=[INIT, INIT])
-    assert response.status_code == 400
+    """Batches are not supported (docs/protocol.md, "The /mcp door"), and said so."""
+    assert_invalid_request(post(bridge, payload=[INIT, INIT]), 400, "batches are not supported")
+
+
+ADDNOTE = {"name": "kb_addnote", "arguments": {"text": "a note nobody may lose", "collection": "documents"}}
+
+
+@pytest.mark.parametrize("request_id", [None, 1.5, True, {"a": 1}], ids=["null", "1.5", "true", "object"])
+def test_9_a_request_whose_id_is_not_a_string_or_integer_is_invalid_not_dropped(bridge: Service, request_id: object) -> None:
+    """MCP: a request id MUST be a string or an integer, not null. Before, the SDK took each of these for a
+    notification: 202, an empty body, and the note never written, with nothing to tell the client."""
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": ADDNOTE}
+    assert_invalid_request(post(bridge, payload=body, headers={"MCP-Protocol-Version": "2025-11-25"}), 400, "id must be")
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ({"id": 1, "method": "tools/call", "params": ADDNOTE}, 'jsonrpc must be "2.0"'),
+    ({"jsonrpc": "2.0", "id": 1, "method": 5, "params": ADDNOTE}, "method must be a string"),
+    ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ["a note nobody may lose"]}, "params must be an object"),
+    ("5", "must be a JSON-RPC message object"),
+], ids=["no jsonrpc", "method 5", "params array", "a number"])
+def test_9_a_body_that_is_not_a_jsonrpc_message_is_invalid_request_without_echoing_it(bridge: Service, body: object, named: str) -> None:
+    """Before: -32602 with pydantic's error dump, quoting the input and linking errors.pydantic.dev."""
+    response = post(bridge, payload=body, headers={"MCP-Protocol-Version": "2025-11-25"})
+    assert_invalid_request(response, 400, named)
+    assert "nobody" not in response.text and "pydantic" not in response.text
 
 
 def assert_jsonrpc_413(response: requests.Response) -> None:

@@ -1,0 +1,97 @@
+"""The JSON-RPC envelope of an MCP POST, checked before the SDK sees it (protocol/app.py McpEndpoint).
+
+The SDK (mcp 2.3, handshake era) validates a body against the union of request, notification and the two
+responses. A request whose id is not a string or an integer (null, 1.5, true, an object) fails the request
+model and passes the notification one, which ignores the unknown `id`: it is answered 202 and never run, so a
+`kb_addnote` is silently dropped. A body no model fits is answered -32602 with pydantic's error text, the
+input quoted in it. Here the body is parsed once and each rule is checked by name: not JSON is -32700; a
+JSON value that is not one JSON-RPC 2.0 message, or a request whose id MCP does not allow ("Requests MUST
+include a string or integer ID", and "the ID MUST NOT be null": MCP basic protocol), is -32600 Invalid
+Request, HTTP 400, id null, its message naming what is wrong and never quoting the body. What passes is a
+message the SDK reads as the same kind (tests/test_envelope.py holds the two to each other).
+
+Batches (a JSON array) are refused: protocol 2025-03-26 has them and 2025-06-18 removed them; the SDK takes
+one message per POST, and no MCP client of a later revision sends them (docs/protocol.md, "The /mcp door").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A POST answered at the door: HTTP `status` with a JSON-RPC error (`id` null unless known)."""
+
+    status: int
+    code: int
+    message: str
+    id: str | int | None = None
+    data: Any = None
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return {"jsonrpc": "2.0", "id": self.id, "error": error}
+
+
+def read(body: bytes) -> dict[str, Any] | Refusal:
+    """The one JSON-RPC message of `body`, or why it is refused."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        # Where, never what: the message quotes no part of the body.
+        return Refusal(400, types.PARSE_ERROR, f"Parse error: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except (ValueError, RecursionError):
+        # Bytes that are not UTF-8, an integer of more than 4300 digits, nesting deeper than Python parses.
+        return Refusal(400, types.PARSE_ERROR, "Parse error: the body is not JSON")
+    problem = _problem(data)
+    if problem is not None:
+        return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: {problem}")
+    return data  # an object: _problem checked it
+
+
+def _problem(data: Any) -> str | None:
+    if isinstance(data, list):
+        return "batches are not supported; send one JSON-RPC message per request"
+    if not isinstance(data, dict):
+        return "the body must be a JSON-RPC message object"
+    if data.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in data:
+        if not isinstance(data["method"], str):
+            return "method must be a string"
+        if "id" in data and not _is_id(data["id"]):
+            return "id must be a string or an integer (a request), or left out (a notification)"
+        if data.get("params") is not None and not isinstance(data["params"], dict):
+            return "params must be an object"
+        return None
+    # A response: the SDK accepts and drops one (this stateless server sends no requests to answer).
+    if ("result" in data) == ("error" in data):
+        return "a message needs a method (a request or notification), or a result or an error (a response)"
+    if "result" in data:
+        if not _is_id(data.get("id")):
+            return "id must be a string or an integer"
+        return None if isinstance(data["result"], dict) else "result must be an object"
+    if data.get("id") is not None and not _is_id(data["id"]):
+        return "id must be a string, an integer or null"
+    error = data["error"]
+    if not (isinstance(error, dict) and _is_int(error.get("code")) and isinstance(error.get("message"), str)):
+        return "error must be an object with an integer code and a string message"
+    return None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) or _is_int(value)
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int to Python, not to JSON; 1.0 and 1e400 are numbers JSON-RPC does not call integers here
+    # (the SDK's id is a strict int), and json.loads reads NaN and Infinity as floats too.
+    return isinstance(value, int) and not isinstance(value, bool)
+
