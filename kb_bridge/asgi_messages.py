@@ -27,6 +27,11 @@ def trimmed_headers(scope: Scope) -> Scope:
     return {**scope, "headers": [(key, bytes(value).strip(b" \t")) for key, value in scope.get("headers", ())]}
 
 
+def with_header(scope: Scope, name: bytes, value: bytes) -> Scope:
+    """The scope with every `name` header replaced by one `name: value`."""
+    return {**scope, "headers": [*((k, v) for k, v in scope.get("headers", ()) if k != name), (name, value)]}
+
+
 async def send_json(send: Send, status: int, body: Any, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]

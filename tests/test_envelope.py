@@ -103,3 +103,13 @@ def test_a_body_that_is_not_json_is_a_parse_error_quoting_nothing(body: bytes) -
     assert isinstance(refusal, envelope.Refusal)
     assert (refusal.status, refusal.code, refusal.id) == (400, types.PARSE_ERROR, None)
     assert refusal.message.startswith("Parse error") and "not json" not in refusal.message and "9999" not in refusal.message
+
+
+@pytest.mark.parametrize(("value", "json"), [
+    (b"application/json", True), (b"APPLICATION/JSON", True), (b"Application/Json; charset=UTF-8", True),
+    (b"application/json ;charset=utf-8", True), (b"application/json\t", True),
+    (None, False), (b"", False), (b"text/plain", False), (b"application/x-www-form-urlencoded", False),
+    (b"application/jsonx", False), (b"application/json-seq", False), (b"text/json", False),
+])
+def test_json_content_types_compare_case_insensitively_with_parameters(value: bytes | None, json: bool) -> None:
+    assert envelope.is_json(value) is json

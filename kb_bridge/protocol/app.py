@@ -21,7 +21,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 
 from kb_bridge.access_log import AccessLog
-from kb_bridge.asgi_messages import header, send_json, trimmed_headers
+from kb_bridge.asgi_messages import header, send_json, trimmed_headers, with_header
 from kb_bridge.auth.bearer import Authenticator, BearerAuth, Challenge
 from kb_bridge.auth.oauth import OAuthVerifier
 from kb_bridge.auth.principal import ALL_SCOPES, Principal, principal_of
@@ -45,9 +45,10 @@ MCP_PATHS = ("/mcp", "/mcp/")
 class McpEndpoint:
     """/mcp after the door: bounds and checks the request body, then hands the request to a transport.
 
-    A POST body is read whole (the transport would read it whole anyway) up to KB_MCP_MAX_BODY_BYTES; a
-    larger one, declared by Content-Length or only found while reading a chunked body, is answered 413
-    with a JSON-RPC error body before any of it is parsed. It is then parsed once and its JSON-RPC envelope checked (envelope.py: a
+    A POST whose Content-Type is not JSON is answered 415 before its body is read. The body is read whole
+    (the transport would read it whole anyway) up to KB_MCP_MAX_BODY_BYTES; a larger one, declared by
+    Content-Length or only found while reading a chunked body, is answered 413 with a JSON-RPC error body
+    before any of it is parsed. It is then parsed once and its JSON-RPC envelope checked (envelope.py: a
     request the SDK would drop as a notification, or refuse with pydantic's text, is answered -32600 here),
     and the message asks for the token's scopes (scopes.py). The body then picks the transport: a client can
     only receive progress notifications on an SSE answer, and only asks for them by putting a progress
@@ -72,6 +73,9 @@ class McpEndpoint:
         if scope.get("method") != "POST":
             await send_json(send, 405, {"jsonrpc": "2.0", "id": None, "error": {
                 "code": types.INVALID_REQUEST, "message": "this stateless MCP endpoint takes POST only"}}, [(b"allow", b"POST")])
+            return
+        if not envelope.is_json(header(scope, b"content-type")):
+            await send_json(send, 415, envelope.UNSUPPORTED_MEDIA_TYPE.body())
             return
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max:
@@ -98,7 +102,9 @@ class McpEndpoint:
             return await receive()
 
         wants_sse = self._mode == "sse" or (self._mode == "auto" and b'"progressToken"' in body)
-        await (self._sse if wants_sse else self._json)(trimmed_headers(scope), replay, send)
+        # The SDK compares the Content-Type with "application/json" exactly: it gets the media type it knows.
+        sdk_scope = with_header(trimmed_headers(scope), b"content-type", envelope.JSON.encode())
+        await (self._sse if wants_sse else self._json)(sdk_scope, replay, send)
 
     async def _read(self, receive: Any) -> bytes | None:
         """The whole body, or None as soon as it passes the limit."""

@@ -22,6 +22,8 @@ from typing import Any
 
 import mcp_types as types
 
+JSON = "application/json"
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -38,6 +40,17 @@ class Refusal:
         if self.data is not None:
             error["data"] = self.data
         return {"jsonrpc": "2.0", "id": self.id, "error": error}
+
+
+UNSUPPORTED_MEDIA_TYPE = Refusal(415, types.INVALID_REQUEST, f"Content-Type must be {JSON}")
+
+
+def is_json(content_type: bytes | None) -> bool:
+    """Whether a Content-Type names JSON: the type and subtype compare case-insensitively and parameters
+    (`; charset=utf-8`) are allowed (RFC 9110 section 8.3.1); the SDK compares `application/json` exactly."""
+    if content_type is None:
+        return False
+    return content_type.split(b";", 1)[0].strip(b" \t").lower() == JSON.encode()
 
 
 def read(body: bytes) -> dict[str, Any] | Refusal:

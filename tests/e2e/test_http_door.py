@@ -149,8 +149,17 @@ def assert_invalid_request(response: requests.Response, status: int, named: str)
     assert reply["error"]["code"] == -32600 and named in reply["error"]["message"], reply
 
 
-def test_9_non_json_content_type_is_rejected(bridge: Service) -> None:
-    assert post(bridge, headers={"Content-Type": "text/plain"}).status_code in (400, 415)
+@pytest.mark.parametrize("content_type", ["text/plain", None, "application/x-www-form-urlencoded"])
+def test_9_non_json_content_type_is_415_with_a_jsonrpc_error(bridge: Service, content_type: str | None) -> None:
+    """Before: a plain-text 400 "Invalid Content-Type header" from the SDK."""
+    assert_invalid_request(post(bridge, headers={"Content-Type": content_type}), 415, "application/json")  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("content_type", ["APPLICATION/JSON", "Application/Json; charset=UTF-8", "application/json ; charset=utf-8"])
+def test_9_the_json_media_type_is_case_insensitive_and_takes_parameters(bridge: Service, content_type: str) -> None:
+    """RFC 9110 section 8.3.1; before, APPLICATION/JSON was refused 415."""
+    response = post(bridge, headers={"Content-Type": content_type})
+    assert response.status_code == 200 and response.json()["result"]["protocolVersion"] == "2025-06-18"
 
 
 def test_9_invalid_json_is_a_parse_error(bridge: Service) -> None:
