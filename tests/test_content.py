@@ -39,6 +39,28 @@ async def test_resources_list_pages_by_the_last_documents_key(client: Client, en
     assert [r.uri for r in second.resources] == ["kb://document/9"] and second.next_cursor is None
 
 
+@pytest.mark.parametrize("method", ["list_tools", "list_prompts", "list_resource_templates", "list_resources"])
+async def test_every_list_answers_a_cursor_it_never_returned_with_invalid_params_naming_cursor(
+    client: Client, engine: responses.RequestsMock, method: str,
+) -> None:
+    """The spec's SHOULD (-32602 for an invalid cursor), alike for all four lists: resources/list did, while
+    tools/list, prompts/list and resources/templates/list, which answer in one page, gave the first page again."""
+    with pytest.raises(MCPError) as caught:
+        await getattr(client, method)(cursor="zzz")
+    assert caught.value.error.code == -32602
+    assert caught.value.error.message.startswith("cursor: is not a cursor this server returned")
+    assert caught.value.error.data["field"] == "cursor"
+    assert len(engine.calls) == 0  # refused before the engine is asked (resources/list) or with no engine (the rest)
+
+
+async def test_an_empty_cursor_is_no_cursor_for_every_list(client: Client, engine: responses.RequestsMock) -> None:
+    engine.get(f"{API}/documents", json={"documents": [], "total": 0})
+    assert (await client.list_tools(cursor="")).tools
+    assert (await client.list_prompts(cursor="")).prompts
+    assert (await client.list_resource_templates(cursor="")).resource_templates
+    assert (await client.list_resources(cursor="")).resources == []
+
+
 async def test_resource_templates_are_listed(client: Client) -> None:
     templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
     assert templates == {"kb://document/{id}", "kb://chunk/{id}", "kb://collection/{name}", "kb://tag/{tag}"}

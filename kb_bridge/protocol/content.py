@@ -13,6 +13,7 @@ from mcp.shared.exceptions import MCPError
 
 from kb_bridge.content import completions, prompts, resources
 from kb_bridge.protocol.caller import request_principal
+from kb_bridge.protocol.paging import refuse_cursor
 from kb_bridge.errors import Forbidden, InvalidArgument, KbError, NotFound
 from kb_bridge.runtime import Bridge
 from kb_bridge.auth.principal import Principal
@@ -102,6 +103,7 @@ class ContentHandlers:
         return await _translated(work)
 
     async def list_resource_templates(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+        refuse_cursor(params)
         return self._templates
 
     async def read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
@@ -114,6 +116,7 @@ class ContentHandlers:
         return await _translated(work, uri=params.uri)
 
     async def list_prompts(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        refuse_cursor(params)
         return self._prompts
 
     async def get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:

@@ -25,6 +25,7 @@ from kb_bridge.access_log import ToolCall
 from kb_bridge.protocol.caller import request_principal
 from kb_bridge.errors import Forbidden, KbError
 from kb_bridge.protocol.content import ContentHandlers
+from kb_bridge.protocol.paging import refuse_cursor
 from kb_bridge.protocol.results import error_result, success_result, to_mcp_tool
 from kb_bridge.protocol.tasks import TaskHandlers
 from kb_bridge.runtime import Bridge
@@ -59,7 +60,8 @@ class ToolDispatcher:
         return spec.input_schema if spec else None
 
     async def list_tools(self, ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        """The tools the caller's scopes allow (all of them for a full-access token)."""
+        """The tools the caller's scopes allow (all of them for a full-access token), in one page."""
+        refuse_cursor(params)
         scopes = request_principal(ctx).scopes
         listing = self._listings.get(scopes)
         if listing is None:
