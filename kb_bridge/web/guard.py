@@ -27,9 +27,15 @@ def matches(value: str, patterns: Sequence[str]) -> bool:
         pattern = pattern.lower()
         if pattern == "*" or pattern == value:
             return True
-        if pattern.endswith(":*") and value.startswith(pattern[:-1]) and value[len(pattern) - 1 :].isdigit():
+        if pattern.endswith(":*") and value.startswith(pattern[:-1]) and is_port(value[len(pattern) - 1 :]):
             return True
     return False
+
+
+def is_port(text: str) -> bool:
+    """A TCP port as a Host or Origin writes it: 1 to 5 ASCII digits, 1-65535. str.isdigit also takes "²³"
+    and other scripts' digits, and would take any number of them."""
+    return 0 < len(text) <= 5 and text.isascii() and text.isdigit() and 0 < int(text) <= 65535
 
 
 class HostOriginGuard:

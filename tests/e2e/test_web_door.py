@@ -185,6 +185,29 @@ def test_1_a_keyless_bridges_console_is_not_reachable_through_a_rebinding_host_n
         assert session.get(keyless.url + "/ui/search", headers=rebinding, timeout=10).status_code == 421
 
 
+# A `name:*` pattern takes a port: 1 to 5 ASCII digits, 1-65535. str.isdigit() took superscripts and other
+# scripts' digits, and any number of digits (the reviewer's `Host: localhost:²³` and `localhost:99999999`).
+NOT_PORTS = ["\u00b2\u00b3", "\u00b9", "99999999", "0", "65536", "00018401", "", "+80", " 80"]
+
+
+@pytest.mark.parametrize("port", NOT_PORTS)
+def test_1_a_host_or_origin_whose_port_is_not_a_port_is_refused(keyless: Service, port: str) -> None:
+    own = port_of(keyless)
+    host = exchange(keyless, head("GET", "/healthz", own, "Connection: close").replace(
+        f"Host: 127.0.0.1:{own}", f"Host: localhost:{port}"))
+    assert host.status == 421, port
+    origin = exchange(keyless, head("GET", "/healthz", own, "Connection: close", f"Origin: http://localhost:{port}"))
+    assert origin.status == 403, port
+
+
+@pytest.mark.parametrize("port", ["1", "80", "65535"])
+def test_1_any_port_of_an_allowed_name_passes(keyless: Service, port: str) -> None:
+    own = port_of(keyless)
+    answer = exchange(keyless, head("GET", "/healthz", own, "Connection: close", f"Origin: http://localhost:{port}").replace(
+        f"Host: 127.0.0.1:{own}", f"Host: localhost:{port}"))
+    assert answer.status == 200
+
+
 def test_1_the_guard_runs_before_the_body_limit_and_counts_its_refusals(keyless: Service) -> None:
     port = port_of(keyless)
     answer = exchange(keyless, head("POST", "/ui/upload", port, f"Content-Length: {256 * MIB}").replace(
