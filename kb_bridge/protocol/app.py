@@ -32,7 +32,7 @@ from kb_bridge.runtime import Bridge
 from kb_bridge.settings import Settings, load_settings
 from kb_bridge.tools import registry as tools
 from kb_bridge.tools.spec import ToolSpec
-from kb_bridge.web.body_limit import BodyLimit, BodyLimits
+from kb_bridge.web.body_limit import BodyLimit, BodyLimits, routed_by
 from kb_bridge.web.guard import HostOriginGuard
 from kb_bridge.web.ops import create_web_app
 from kb_bridge.web.wsgi import serve_wsgi
@@ -236,6 +236,7 @@ def create_app(
     authenticator = Authenticator(settings.mcp, verifier)
     mcp = BearerAuth(mcp, settings.mcp, bridge.metrics.auth_failure, authenticator, challenge)
     # Console pages run the same tool handlers as /mcp: as many at once per process as tool calls.
-    web = serve_wsgi(create_web_app(bridge, authenticator, available), threads=settings.mcp.thread_pool_size)
-    web = BodyLimit(web, BodyLimits.for_settings(settings))
+    flask_app = create_web_app(bridge, authenticator, available)
+    web = serve_wsgi(flask_app, threads=settings.mcp.thread_pool_size)
+    web = BodyLimit(web, BodyLimits.for_settings(settings), routed_by(flask_app))
     return BridgeApp(bridge, mcp, web, managers, verifier)

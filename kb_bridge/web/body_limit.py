@@ -5,6 +5,9 @@ body at all; the console's forms take a form's worth, and the two that carry a n
 new note) the largest note; the console's upload takes an upload. In front of the WSGI adapter (web/wsgi.py), `BodyLimit`:
 
 - answers a declared Content-Length over the limit 413 at once, without reading any of the body;
+- lets a path the app does not route (`/MCP`, `//mcp`, `/no-such-page`) be answered by the app's 404, its
+  body unread, rather than 413: "payload too large" would send a client that mistyped the endpoint after
+  the wrong problem;
 - on a path that takes no body, answers a chunked body 413 at once too;
 - counts a chunked body as the app reads it, and at the limit answers 413 itself (the app reading it gets
   `BodyTooLarge`, which Flask turns into a quiet 413 of its own, never sent);
@@ -18,10 +21,12 @@ counted.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from werkzeug.exceptions import RequestEntityTooLarge
+from flask import Flask
+from werkzeug.exceptions import HTTPException, NotFound, RequestEntityTooLarge
 
 from kb_bridge.asgi_messages import ASGIApp, Receive, Scope, Send, header, send_json
 from kb_bridge.settings import Settings
@@ -71,34 +76,50 @@ class BodyLimits:
         return 0  # /healthz, /readyz, /metrics, the OAuth metadata, and every path that does not exist
 
 
+def routed_by(app: Flask) -> Callable[[str], bool]:
+    """Whether `app` has a view for a path, by any method (a path it redirects, /ui to /ui/, counts)."""
+
+    def routed(path: str) -> bool:
+        try:
+            app.url_map.bind("localhost").match(path)
+        except NotFound:
+            return False
+        except HTTPException:  # a method the path does not take, or a redirect: the path is there
+            return True
+        return True
+
+    return routed
+
+
 class BodyTooLarge(RequestEntityTooLarge):
     """Raised to the app reading a body past its path's limit (already answered 413)."""
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, limits: BodyLimits) -> None:
+    def __init__(self, app: ASGIApp, limits: BodyLimits, routed: Callable[[str], bool]) -> None:
         self._app = app
         self._limits = limits
+        self._routed = routed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self._limits.for_path(str(scope.get("path", "")))
+        path = str(scope.get("path", ""))
+        limit = self._limits.for_path(path)
         declared = header(scope, b"content-length")
-        chunked = header(scope, b"transfer-encoding") is not None
         if declared is not None and declared.strip().isdigit():
-            if int(declared) > limit:
-                await _refuse(send, limit)
-                return
             length = int(declared)
-        elif chunked:
-            if limit == 0:
-                await _refuse(send, limit)
-                return
-            length = -1  # unknown: counted as it comes
+        elif header(scope, b"transfer-encoding") is not None:
+            length = -1  # chunked: unknown, counted as it comes
         else:
             length = 0  # no body (the server rejects a Content-Length that is not a number)
         if length == 0:
             await self._app(scope, receive, send)
             return
+        over = length > limit or (length == -1 and limit == 0)
+        if over and self._routed(path):
+            await _refuse(send, limit)
+            return
+        # Within the limit, or a path without a view, which the app answers 404 without reading the body
+        # (counted all the same, should anything read it).
         await _Exchange(limit, receive, send).run(self._app, scope)
 
 

@@ -227,7 +227,7 @@ def assert_refused_unread(answer: Answer) -> None:
     assert answer.headers.get("connection") == "close" and answer.closed  # the rest is never read
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/no-such-page"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
 def test_7_paths_without_a_body_refuse_a_declared_one_unread(keyless: Service, path: str) -> None:
     port = port_of(keyless)
     # 256 MiB announced and none of it sent: the answer cannot have waited for it.
@@ -240,6 +240,17 @@ def test_7_paths_without_a_body_refuse_a_chunked_one(keyless: Service, path: str
     # One chunk and no end: the server answers without waiting for the rest.
     answer = exchange(keyless, head("POST", path, port_of(keyless), "Transfer-Encoding: chunked"), chunk(b"x" * 16))
     assert_refused_unread(answer)
+
+
+@pytest.mark.parametrize("path", ["/MCP", "//mcp", "/mcp//", "/no-such-page", "/ui/no-such-page"])
+def test_7_a_path_that_does_not_exist_is_404_not_413_and_its_body_is_left_unread(keyless: Service, path: str) -> None:
+    """Before: 413 "this path takes no request body" for a POST to /MCP or //mcp, sending a client that mistyped
+    the endpoint after the wrong problem. The body is still never read: none of it is sent here."""
+    port = port_of(keyless)
+    for answer in (exchange(keyless, head("POST", path, port, "Content-Type: application/json", f"Content-Length: {256 * MIB}")),
+                   exchange(keyless, head("POST", path, port, "Transfer-Encoding: chunked"), chunk(b"x" * 16))):
+        assert answer.status == 404, (path, answer)
+        assert answer.headers.get("connection") == "close" and answer.closed
 
 
 def test_7_the_metadata_takes_no_body(keyed: Service) -> None:
