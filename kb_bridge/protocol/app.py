@@ -89,6 +89,11 @@ class McpEndpoint:
         if isinstance(message, envelope.Refusal):
             await send_json(send, message.status, message.body())
             return
+        trimmed = trimmed_headers(scope)
+        unsupported = envelope.unsupported_version(header(trimmed, b"mcp-protocol-version"), message)
+        if unsupported is not None:
+            await send_json(send, unsupported.status, unsupported.body())
+            return
         principal = principal_of(scope)
         if principal.scopes != ALL_SCOPES and await self._refused(principal, message, send):
             return
@@ -103,7 +108,7 @@ class McpEndpoint:
 
         wants_sse = self._mode == "sse" or (self._mode == "auto" and b'"progressToken"' in body)
         # The SDK compares the Content-Type with "application/json" exactly: it gets the media type it knows.
-        sdk_scope = with_header(trimmed_headers(scope), b"content-type", envelope.JSON.encode())
+        sdk_scope = with_header(trimmed, b"content-type", envelope.JSON.encode())
         await (self._sse if wants_sse else self._json)(sdk_scope, replay, send)
 
     async def _read(self, receive: Any) -> bytes | None:

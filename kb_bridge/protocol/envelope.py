@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 JSON = "application/json"
 
@@ -67,6 +68,30 @@ def read(body: bytes) -> dict[str, Any] | Refusal:
     if problem is not None:
         return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: {problem}")
     return data  # an object: _problem checked it
+
+
+def unsupported_version(header: bytes | None, message: dict[str, Any]) -> Refusal | None:
+    """400 naming the versions served, for a request of the handshake era's shape (no per-request protocol
+    version in its `_meta`) whose MCP-Protocol-Version header names none of them.
+
+    The SDK sends every header value it does not know to its 2026-07-28 path, which asks such a request for
+    the `_meta` envelope keys: -32602 "params._meta must be an object carrying ...", which names neither the
+    header nor a version. 2025-11-25 (transports) asks for 400 only; its error for a version not supported
+    (basic/lifecycle) is -32602 "Unsupported protocol version" with `supported` and `requested`, as here. A
+    request carrying 2026-07-28's `_meta` version is left to the SDK, whose checks of header against body
+    that revision specifies (-32020, -32022)."""
+    if header is None or "id" not in message:
+        return None
+    requested = header.decode("latin-1")
+    if requested in HANDSHAKE_PROTOCOL_VERSIONS or requested in MODERN_PROTOCOL_VERSIONS:
+        return None
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(meta, dict) and types.PROTOCOL_VERSION_META_KEY in meta:
+        return None
+    supported = [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS]
+    return Refusal(400, types.INVALID_PARAMS, "Unsupported protocol version (the MCP-Protocol-Version header)",
+                   id=message["id"], data={"supported": supported, "requested": requested[:100]})
 
 
 def _problem(data: Any) -> str | None:

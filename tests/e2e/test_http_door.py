@@ -102,8 +102,28 @@ def test_6_and_7_the_guard_answers_before_auth(bridge: Service, headers: dict[st
     assert response.status_code == status and "www-authenticate" not in response.headers
 
 
-def test_8_unknown_protocol_version_header_is_400(bridge: Service) -> None:
-    assert post(bridge, headers={"MCP-Protocol-Version": "1999-01-01"}).status_code == 400
+@pytest.mark.parametrize("version", ["1999-01-01", "garbage", "2025-11-25x", ""])
+@pytest.mark.parametrize("payload", [INIT, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}], ids=["initialize", "tools/list"])
+def test_8_unknown_protocol_version_header_is_400_naming_the_versions_served(bridge: Service, version: str,
+                                                                              payload: dict[str, object]) -> None:
+    """2025-11-25 asks for 400; the answer is its lifecycle's error for an unsupported version (-32602 with
+    `supported` and `requested`). Before, the SDK's 2026-07-28 path answered "params._meta must be an object
+    carrying ..." to a request that never claimed that revision."""
+    response = post(bridge, payload=payload, headers={"MCP-Protocol-Version": version})
+    assert response.status_code == 400
+    reply = response.json()
+    assert reply["id"] == payload["id"] and reply["error"]["code"] == -32602
+    assert reply["error"]["message"].startswith("Unsupported protocol version")
+    assert reply["error"]["data"] == {"requested": version, "supported": [
+        "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]}
+
+
+def test_8_a_2026_request_with_an_unknown_version_header_is_still_the_sdks_header_mismatch(bridge: Service) -> None:
+    """Left to the SDK: 2026-07-28 specifies how a header that disagrees with the body's version is answered."""
+    body = {"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
+    response = post(bridge, payload=body, headers={"MCP-Protocol-Version": "1999-01-01", "Mcp-Method": "tools/list"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32020
 
 
 def _raw_modern_call(bridge: Service, tool: str, name_header: bytes) -> tuple[int, dict[str, object]]:
