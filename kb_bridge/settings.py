@@ -185,6 +185,13 @@ class Settings:
     def __post_init__(self) -> None:
         _check_cross_field_rules(self)
 
+    def longest_tool_call(self) -> float:
+        """The most seconds one tool call's engine work may take by the bridge's own deadlines: kb_upload_finish
+        {wait: true} streams the file within 1.5 x upload_timeout (client/engine.py), then waits for its job within
+        wait_seconds and a call's deadline (tools/waiting.py); every other call is bounded by less. The end of stdin
+        waits at most this long for the answers still owed (protocol/stdio_transport.py)."""
+        return 1.5 * self.engine.upload_timeout + self.mcp.wait_seconds + self.engine.call_deadline()
+
     def secrets(self) -> list[str]:
         """Every secret this configuration holds, for redaction (kb_bridge/redaction.py)."""
         keys = [self.engine.api_key, self.mcp.metrics_token, self.mcp.task_key, *self.mcp.api_keys]
