@@ -140,9 +140,13 @@ def _stdio(args: argparse.Namespace) -> int:
     settings = load_settings()
     check_staging(settings)
     configure_logging(settings.server.log_level, settings.server.log_json, settings.secrets())
-    from kb_bridge.protocol.stdio import run_stdio
+    from kb_bridge.protocol.stdio import StdoutClosed, run_stdio
 
-    run_stdio(settings)
+    try:
+        run_stdio(settings)
+    except StdoutClosed:
+        # Nobody is left to read an answer: one line on stderr for whoever reads the client's logs.
+        raise exits.Failed("the client closed stdout; stopped") from None
     return OK
 
 

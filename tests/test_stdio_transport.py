@@ -1,0 +1,65 @@
+"""The stdio transport in process, over pipes, with a stand-in for the MCP server: the end of stdin waits for the
+answers still owed, and no longer than its deadline (protocol/stdio_transport.py). The real process is tested in
+tests/e2e/test_stdio_lifecycle.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCRequest, JSONRPCResponse
+
+from kb_bridge.protocol.stdio_transport import stdio_transport
+from kb_bridge.protocol.stdio_wire import Wire
+
+pytestmark = pytest.mark.anyio
+
+PING = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+
+
+@pytest.fixture
+def pipes() -> Iterator[tuple[Wire, int, int]]:
+    """The transport's wire, the client's end of stdin (to write) and of stdout (to read)."""
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    yield Wire(stdin=stdin_read, stdout=stdout_write), stdin_write, stdout_read
+    for fd in (stdin_read, stdin_write, stdout_read, stdout_write):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+async def test_the_end_of_stdin_waits_for_an_answer_still_owed(pipes: tuple[Wire, int, int]) -> None:
+    wire, client_in, client_out = pipes
+    os.write(client_in, PING)
+    os.close(client_in)
+    with anyio.fail_after(20):
+        async with stdio_transport(wire, drain_seconds=60) as (read_stream, write_stream):
+            request = await read_stream.receive()
+            await anyio.sleep(0.5)  # stdin has ended by now; the stream stays open for the answer
+            await write_stream.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
+            started = anyio.current_time()
+            rest = [message async for message in read_stream]  # ends once the answer is out, not at 60 s
+            ended = anyio.current_time() - started
+            await write_stream.aclose()
+    assert isinstance(request.message, JSONRPCRequest) and request.message.id == 1
+    assert rest == [] and ended < 5
+    assert json.loads(os.read(client_out, 65536)) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+async def test_the_end_of_stdin_waits_no_longer_than_its_deadline(pipes: tuple[Wire, int, int]) -> None:
+    wire, client_in, _ = pipes
+    os.write(client_in, PING)
+    os.close(client_in)
+    with anyio.fail_after(20):
+        async with stdio_transport(wire, drain_seconds=1) as (read_stream, write_stream):
+            started = anyio.current_time()
+            received = [message async for message in read_stream]  # never answered: ends at the deadline
+            waited = anyio.current_time() - started
+            await write_stream.aclose()
+    assert len(received) == 1 and 1 <= waited < 5
