@@ -64,7 +64,9 @@ ACCEPTED: list[tuple[str, Any]] = [
 def test_a_message_that_is_not_one_jsonrpc_message_is_invalid_request_naming_why(label: str, value: Any, named: str) -> None:
     refusal = envelope.read(json.dumps(value).encode())
     assert isinstance(refusal, envelope.Refusal)
-    assert (refusal.status, refusal.code, refusal.id) == (400, types.INVALID_REQUEST, None)
+    # A request with a valid id is answered with it (a stdio client matches answers by id alone); else null.
+    valid_id = isinstance(value, dict) and "method" in value and type(value.get("id")) in (int, str)
+    assert (refusal.status, refusal.code, refusal.id) == (400, types.INVALID_REQUEST, value["id"] if valid_id else None)
     assert refusal.message.startswith("Invalid Request: ") and named in refusal.message
     # Short, and never the input: no pydantic dump, no quoted body.
     assert len(refusal.message) < 120 and "secret" not in refusal.message and "pydantic" not in refusal.message

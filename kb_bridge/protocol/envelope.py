@@ -7,7 +7,8 @@ model and passes the notification one, which ignores the unknown `id`: it is ans
 input quoted in it. Here the body is parsed once and each rule is checked by name: not JSON is -32700; a
 JSON value that is not one JSON-RPC 2.0 message, or a request whose id MCP does not allow ("Requests MUST
 include a string or integer ID", and "the ID MUST NOT be null": MCP basic protocol), is -32600 Invalid
-Request, HTTP 400, id null, its message naming what is wrong and never quoting the body. What passes is a
+Request, HTTP 400, with the request's id when it has a valid one and null otherwise, its message naming what
+is wrong and never quoting the body. What passes is a
 message the SDK reads as the same kind (tests/test_envelope.py holds the two to each other).
 
 Batches (a JSON array) are refused: protocol 2025-03-26 has them and 2025-06-18 removed them; the SDK takes
@@ -35,6 +36,7 @@ class Refusal:
     message: str
     id: str | int | None = None
     data: Any = None
+    of_response: bool = False  # the message was a response (stdio drops it: answering one could loop)
 
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -66,7 +68,8 @@ def read(body: bytes) -> dict[str, Any] | Refusal:
         return Refusal(400, types.PARSE_ERROR, "Parse error: the body is not JSON")
     problem = _problem(data)
     if problem is not None:
-        return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: {problem}")
+        return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: {problem}", id=_request_id(data),
+                       of_response=isinstance(data, dict) and "method" not in data and ("result" in data or "error" in data))
     return data  # an object: _problem checked it
 
 
@@ -121,6 +124,14 @@ def _problem(data: Any) -> str | None:
     error = data["error"]
     if not (isinstance(error, dict) and _is_int(error.get("code")) and isinstance(error.get("message"), str)):
         return "error must be an object with an integer code and a string message"
+    return None
+
+
+def _request_id(data: Any) -> str | int | None:
+    """The id to answer a refused request with: its own when it has a valid one (a stdio client matches answers
+    by id alone, and would wait for ever on one answered null), else null as JSON-RPC 2.0 asks."""
+    if isinstance(data, dict) and "method" in data and _is_id(data.get("id")):
+        return data["id"]
     return None
 
 

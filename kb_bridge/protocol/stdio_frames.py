@@ -1,31 +1,21 @@
 """One line of stdin as a JSON-RPC message, or the error that answers it.
 
-JSON-RPC 2.0 answers what is not a request: -32700 (Parse error) for bytes that are not JSON, and -32600
-(Invalid Request) for JSON that is not a request object, both with id null since none could be read, or with the
-request's id when it has a valid one. MCP allows a request id to be a string or an integer only; a request with
-any other id (null, 1.5, true, an object) is refused rather than read as a notification, which would run it and
-answer nothing. The HTTP transport refuses the same lines; over stdio there is no status code, so the error
-answer is all a client gets.
+The line is checked as the HTTP door checks a body (protocol/envelope.py), so both transports refuse the same
+messages in the same words: -32700 (Parse error) for bytes that are not UTF-8 JSON, -32600 (Invalid Request)
+for JSON that is not one JSON-RPC message, or a request whose id MCP does not allow (null, 1.5, true, an
+object: read as a notification, it would run and answer nothing). Over stdio there is no status code, so the
+error answer is all a client gets; it carries the request's id when it has a valid one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import pydantic_core
-from mcp_types import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    ErrorData,
-    JSONRPCError,
-    JSONRPCMessage,
-    JSONRPCNotification,
-    JSONRPCRequest,
-    JSONRPCResponse,
-    RequestId,
-)
+import mcp_types as types
+from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError, JSONRPCMessage, RequestId
 from pydantic import ValidationError
+
+from kb_bridge.protocol import envelope
 
 
 @dataclass(frozen=True)
@@ -49,47 +39,20 @@ def read_frame(line: bytes) -> JSONRPCMessage | Refused | Ignored | None:
     separates nothing and asks nothing."""
     if not line.strip():
         return None
+    checked = envelope.read(line)
+    if isinstance(checked, envelope.Refusal):
+        if checked.of_response:
+            return Ignored(f"a malformed response from the client ({checked.message})")
+        return _refuse(checked.code, checked.message, checked.id)
     try:
-        # Strict: bytes that are not UTF-8 are a parse error, never U+FFFD in a stored note.
-        data = pydantic_core.from_json(line)
-    except ValueError as exc:
-        return _refuse(PARSE_ERROR, f"Parse error: {exc}", None)
-    if not isinstance(data, dict):
-        # Batches are gone from MCP (2025-06-18) and this server never took them.
-        return _refuse(INVALID_REQUEST, "Invalid Request: a message is one JSON object", None)
-    request_id = data.get("id")
-    usable_id = request_id if is_request_id(request_id) else None
-    if "method" in data:
-        if "id" not in data:
-            return _validated(JSONRPCNotification, data, None)
-        if usable_id is None:
-            return _refuse(INVALID_REQUEST, "Invalid Request: a request id is a string or an integer", None)
-        return _validated(JSONRPCRequest, data, usable_id)
-    if "result" in data or "error" in data:
-        model: type[JSONRPCResponse | JSONRPCError] = JSONRPCResponse if "result" in data else JSONRPCError
-        try:
-            return model.model_validate(data)
-        except ValidationError:
-            return Ignored("a malformed response from the client")
-    return _refuse(INVALID_REQUEST, "Invalid Request: neither a request nor a response", usable_id)
-
-
-def is_request_id(value: Any) -> bool:
-    # bool is an int to Python, not to JSON.
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def _validated(model: type[JSONRPCRequest | JSONRPCNotification], data: dict[str, Any],
-               request_id: RequestId | None) -> JSONRPCMessage | Refused:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
+        return types.jsonrpc_message_adapter.validate_python(checked, by_name=False)
+    except ValidationError as exc:  # what envelope.py lets through the SDK reads (tests/test_envelope.py)
         fields = ", ".join(sorted({str(error["loc"][0]) for error in exc.errors() if error["loc"]}))
+        request_id = checked.get("id") if "method" in checked else None
         return _refuse(INVALID_REQUEST, f"Invalid Request: {fields or 'a field'} missing or of the wrong kind",
-                       request_id)
+                       request_id if isinstance(request_id, (str, int)) else None)
 
 
 def _refuse(code: int, message: str, request_id: RequestId | None) -> Refused:
     answer = JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
     return Refused(answer, message)
-

@@ -160,12 +160,13 @@ def test_8_an_mcp_name_header_naming_another_tool_is_still_refused(bridge: Servi
     assert status == 400 and reply["error"]["code"] == -32020  # type: ignore[index]
 
 
-def assert_invalid_request(response: requests.Response, status: int, named: str) -> None:
-    """`status` with a JSON-RPC error -32600, id null, whose short message names what is wrong."""
+def assert_invalid_request(response: requests.Response, status: int, named: str, request_id: object = None) -> None:
+    """`status` with a JSON-RPC error -32600 (with the request's id when it had a valid one, else null), whose
+    short message names what is wrong."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
     reply = response.json()
-    assert reply["jsonrpc"] == "2.0" and reply["id"] is None
+    assert reply["jsonrpc"] == "2.0" and reply["id"] == request_id
     assert reply["error"]["code"] == -32600 and named in reply["error"]["message"], reply
 
 
@@ -213,7 +214,7 @@ def test_9_a_request_whose_id_is_not_a_string_or_integer_is_invalid_not_dropped(
 def test_9_a_body_that_is_not_a_jsonrpc_message_is_invalid_request_without_echoing_it(bridge: Service, body: object, named: str) -> None:
     """Before: -32602 with pydantic's error dump, quoting the input and linking errors.pydantic.dev."""
     response = post(bridge, payload=body, headers={"MCP-Protocol-Version": "2025-11-25"})
-    assert_invalid_request(response, 400, named)
+    assert_invalid_request(response, 400, named, body.get("id") if isinstance(body, dict) else None)
     assert "nobody" not in response.text and "pydantic" not in response.text
 
 
