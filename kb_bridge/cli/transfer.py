@@ -6,8 +6,10 @@ collection tag), `version`, `source_path`, `doc_type`, `created_at`, `updated_at
 text; for a file the text the engine extracted, for reading) and, for a file, `filename`, `content_type` and
 `original_base64` (its bytes as uploaded; null for a file stored before engine 3.6 kept originals, which
 import brings back as a note of its text); with `--history`, a note's `history`, its earlier versions
-(cli/history.py), which import gives back to the new document once it is stored. The export is written to a
-temporary file and renamed at the end, so an interrupted export never leaves a half file under the name.
+(cli/history.py), which import gives back to the new document once it is stored (a rerun gives it to a
+note an earlier run stored without it, and reports one changed since rather than replace its versions). The
+export is written to a temporary file and renamed at the end, so an interrupted export never leaves a half
+file under the name.
 
 Import reads the file one line at a time (memory does not grow with the file), queues each record as a
 note or an upload, and waits for the jobs. A line that is not JSON or a record that is not valid is reported
@@ -33,7 +35,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,15 @@ from kb_bridge.cli.import_records import Record, read_records, stored_identity
 from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.client.versions import TIME_FILTERS_VERSION, engine_version, parse_version
-from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, InvalidArgument, KbError, NotFound
+from kb_bridge.errors import (EngineAuthFailed, EngineUnavailable, IngestionFailed, InvalidArgument, KbError,
+                              NotFound)
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
 PAGE = 100
 WAIT_SECONDS = 600.0
+# The ids of the documents an engine holds, by identity (import_records.stored_identity).
+Stored = dict[tuple[str | None, ...], list[int]]
 
 
 def add_arguments(commands: Any) -> None:
@@ -250,43 +254,79 @@ def _keeps_times(client: EngineClient) -> bool:
     return False
 
 
-def _stored_documents(client: EngineClient) -> Counter[tuple[str | None, ...]]:
-    """How many documents the engine holds of each identity (import_records.stored_identity)."""
-    found: Counter[tuple[str | None, ...]] = Counter()
+def _stored_documents(client: EngineClient) -> Stored:
+    """The ids of the documents the engine holds, by identity (import_records.stored_identity)."""
+    found: Stored = {}
     for page, _total in _pages(client):
         for raw in page:
             if isinstance(raw, dict):
                 document = shapes.document(raw)
                 sha256 = raw.get("sha256")
-                found[stored_identity(document["collection"], document["source_path"], document["title"],
-                                      sha256 if isinstance(sha256, str) else None)] += 1
+                identity = stored_identity(document["collection"], document["source_path"], document["title"],
+                                           sha256 if isinstance(sha256, str) else None)
+                found.setdefault(identity, []).append(document["id"])
     return found
 
 
-def _send(client: EngineClient, record: Record, stored: Counter[tuple[str | None, ...]], pending: dict[int, int],
-          report: ImportReport, keeps_times: bool) -> int | None:
+def _send(client: EngineClient, record: Record, stored: Stored, pending: dict[int, int], report: ImportReport,
+          keeps_times: bool) -> int | None:
     """Queue one record, unless a stored document of its identity is not yet accounted for by another; the
-    job queued (None when nothing was)."""
-    if stored[record.identity] > 0:
-        stored[record.identity] -= 1
+    job queued (None when nothing was). A record found stored gets its note's history if it lacks it."""
+    held = stored.get(record.identity)
+    if held:
         report.skipped += 1
+        _complete_history(client, record, held.pop(), report)
         return None
     try:
-        job_id = _submit(client, record, keeps_times)
+        job = _submit(client, record, keeps_times)
     except (EngineUnavailable, EngineAuthFailed):
         raise  # nothing else will get through either
     except KbError as exc:
         report.fail(record.line, f"{exc.code}: {exc.message}")
         return None
-    if job_id is None or job_id in pending:  # stored by an earlier run, or a line repeated word for word
+    if job["status"] == "done":  # stored by an earlier run
+        report.skipped += 1
+        if job["document_id"] is not None:
+            _complete_history(client, record, job["document_id"], report)
+        return None
+    job_id = int(job["id"])
+    if job_id in pending:  # a line repeated word for word
         report.skipped += 1
         return None
     pending[job_id] = record.line
     return job_id
 
 
-def _submit(client: EngineClient, record: Record, keeps_times: bool) -> int | None:
-    """The job to wait for, or None when an earlier run already stored the record.
+def _complete_history(client: EngineClient, record: Record, document_id: int, report: ImportReport) -> None:
+    """Give a note an earlier run stored its record's history, if it lacks it.
+
+    An earlier run restores a history only once the note's job is done (_wait): stopped before (Ctrl-C while
+    the job was queued) or refused then, the note is stored without it, and this rerun finds it stored. The
+    PUT replaces the note's earlier versions, so it is sent only to a note that has none: one changed since
+    (its own earlier versions) is reported rather than losing those."""
+    if not record.history:
+        return
+    wanted = {version.get("version") for version in record.history}
+    try:
+        listed = client.list_versions(document_id).get("versions")
+        kept = {v.get("version") for v in listed or [] if isinstance(v, dict) and not v.get("current")}
+        if wanted <= kept:
+            return
+        if kept:
+            report.fail(record.line, f"document {document_id} is stored without this record's history and has "
+                                     "changed since: its history was not restored (it would replace the versions "
+                                     "kept since)")
+            return
+        history.restore(client, document_id, record.history)
+    except KbError as exc:
+        report.fail(record.line, f"its history: {exc.code}: {exc.message}")
+        return
+    print(f"kb-bridge import: line {record.line}: restored the history of document {document_id}, which an "
+          "earlier run stored without it", file=sys.stderr)
+
+
+def _submit(client: EngineClient, record: Record, keeps_times: bool) -> dict[str, Any]:
+    """The record's job (shapes.job): one to wait for, or done when an earlier run already stored the record.
 
     The record's key makes the engine answer an earlier run's job rather than queue a second one: queued
     or running, it is waited for; done, the record is stored. A job is never finished when the engine first
@@ -299,8 +339,11 @@ def _submit(client: EngineClient, record: Record, keeps_times: bool) -> int | No
         if job["status"] == "failed" or (job["status"] == "done" and _deleted(client, job["document_id"])):
             key = f"{record.key}-after-{job['id']}"
             continue
-        return None if job["status"] == "done" else int(job["id"])
-    return int(job["id"])  # the last try: reported as it ended
+        return job
+    if job["status"] == "done":  # its document deleted again
+        raise IngestionFailed(f"stored and deleted again {MAX_TRIES} times; not tried again until the engine forgets "
+                              "its keys (24 h)")
+    return job  # failed: reported as it ended
 
 
 def _post(client: EngineClient, record: Record, key: str, keeps_times: bool) -> dict[str, Any]:

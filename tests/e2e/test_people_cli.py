@@ -528,3 +528,42 @@ def test_export_with_history_and_import_bring_a_notes_versions_back(tmp_path: Pa
     finally:
         for engine in engines:
             engine.stop()
+
+
+def test_a_rerun_gives_a_note_stored_without_its_history_the_history(text_only_engine: Service, tmp_path: Path) -> None:
+    """A run stopped while a note's job was queued (or whose history PUT failed) leaves the note stored without
+    its history; the rerun, which finds the note stored, restores it, or says why it cannot."""
+    engine = text_only_engine
+    collection = f"history-rerun-{SUFFIX}"
+    history = [{"version": 1, "title": "kettle", "text": "Kettle v1: descale yearly", "tags": [f"collection:{collection}"],
+                "updated_at": "2025-01-01T00:00:00Z", "changed_by": "alice"},
+               {"version": 2, "title": "kettle", "text": "Kettle v2: descale weekly", "tags": [f"collection:{collection}"],
+                "updated_at": "2025-06-01T00:00:00Z", "changed_by": "bob"}]
+    kettle = {**note_record(collection, 1, f"Kettle v3: descale monthly {SUFFIX}"), "title": "kettle"}
+    kept = {**note_record(collection, 2, f"Teapot v3: warm the pot {SUFFIX}"), "title": "teapot"}
+    # What the interrupted run left: each note stored (its record's job done), its history not.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps(kettle) + "\n" + json.dumps(kept) + "\n")
+    assert kb(engine, "import", str(bare)).returncode == 0
+    by_title = {doc["title"]: doc["id"] for doc in documents_in(engine, collection)}
+    # The teapot is changed since (a tag added keeps the version it replaces): its own history must stay.
+    assert requests.post(f"{engine.url}/api/v1/documents/{by_title['teapot']}/tags", headers=HEADERS, timeout=30,
+                         json={"tags": ["kitchen"]}).status_code == 200
+    full = tmp_path / "full.jsonl"
+    full.write_text(json.dumps({**kettle, "history": history}) + "\n" + json.dumps({**kept, "history": history}) + "\n")
+
+    rerun = kb(engine, "import", str(full), "--json")
+    report = json.loads(rerun.stdout)
+    assert rerun.returncode == 1, rerun.stderr  # the teapot's history could not be restored: said, not hidden
+    assert report["added"] == 0 and report["skipped"] == 2
+    [failure] = report["failed"]
+    assert failure["line"] == 2 and "changed since" in failure["reason"], failure
+    versions = engine_get(engine, f"/documents/{by_title['kettle']}/versions")["versions"]
+    assert [(v["version"], v["changed_by"]) for v in versions][1:] == [(2, "bob"), (1, "alice")]
+    assert engine_get(engine, f"/documents/{by_title['kettle']}", version=1)["content"] == "Kettle v1: descale yearly"
+    teapot = engine_get(engine, f"/documents/{by_title['teapot']}/versions")["versions"]
+    assert [v["version"] for v in teapot] == [2, 1]  # its own versions, untouched
+
+    again = kb(engine, "import", str(full), "--json")  # the kettle's history is there now: nothing more to do
+    assert [f["line"] for f in json.loads(again.stdout)["failed"]] == [2]
+    assert len(engine_get(engine, f"/documents/{by_title['kettle']}/versions")["versions"]) == 3
