@@ -2,8 +2,9 @@
 engine runs and writes (the README's "Backup and restore" says how to restore).
 
 This module is the command: its options, output and exit codes. The copy is the engine's
-(local_engine/backup.py: SQLite's online backup, then the files of jobs still queued), reached through the
-engine's command-line module (cli/__init__.py's `engine_cli()`).
+(local_engine/backup.py: SQLite's online backup, with the files of jobs still queued), reached through the
+engine's command-line module (cli/__init__.py's `engine_cli()`). A backup that fails or is interrupted
+removes what it wrote into DIR, so that the same command runs again into it.
 """
 
 from __future__ import annotations

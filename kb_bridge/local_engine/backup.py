@@ -3,9 +3,10 @@ taken while the engine runs and writes.
 
 SQLite's online backup API copies the database page by page and restarts the copy of any page a writer
 changes meanwhile, so the result is the database as of one moment, committed transactions in the WAL
-included. The staged files of jobs still queued at that moment are copied beside it, so they run after a
-restore. The search indexes are not copied: they are derived, and the engine rebuilds them from the
-database at its first start on the copy (the README's "Backup and restore" says how to restore).
+included. The staged files of jobs still queued at that moment are kept beside it (backup_files.py: taken
+before the copy, so that a job finishing meanwhile cannot take its file away), so they run after a restore.
+The search indexes are not copied: they are derived, and the engine rebuilds them from the database at its
+first start on the copy (the README's "Backup and restore" says how to restore).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import backup_files
 from .config import DATABASE_FILE, UPLOADS_DIR, resolve_data_dir
 from .errors import ConfigError, EngineError
 from .progress import Progress
@@ -35,18 +37,26 @@ def database_in(env: Mapping[str, str], data: Path | None) -> Path:
 
 
 def back_up(source: Path, target: Path, progress: Progress) -> dict[str, Any]:
-    """Copy the database `source` and its queued jobs' files into the directory `target`: the summary
-    `kb-bridge backup --json` prints. EngineError when the copy fails."""
+    """Copy the database `source` and its queued jobs' files into the directory `target` (empty): the summary
+    `kb-bridge backup --json` prints. EngineError when the copy fails. A backup that fails or is interrupted
+    removes what it wrote, so that the same command can be run again into the same directory."""
     try:
         return _copy_store(source, target, progress)
     except (sqlite3.Error, OSError) as exc:
+        _remove_partial(target)
         raise EngineError(f"the copy failed: {exc}") from exc
+    except BaseException:
+        _remove_partial(target)
+        raise
 
 
 def _copy_store(source: Path, target: Path, progress: Progress) -> dict[str, Any]:
-    """The online backup into target/engine.sqlite3, then the staged files its queued jobs need."""
+    """The staged files, the online backup into target/engine.sqlite3, then the staged files its queued jobs
+    need, checked (backup_files.py says why in that order)."""
     copy = target / DATABASE_FILE
     temporary = target / (DATABASE_FILE + ".part")
+    uploads, kept_uploads = source.parent / UPLOADS_DIR, target / UPLOADS_DIR
+    taken = backup_files.take_all(uploads, kept_uploads)
     with sqlite3.connect(source) as live, sqlite3.connect(temporary) as out:
         live.execute("PRAGMA busy_timeout = 10000")
         pages = live.execute("PRAGMA page_count").fetchone()[0]
@@ -60,25 +70,27 @@ def _copy_store(source: Path, target: Path, progress: Progress) -> dict[str, Any
             progress.close()
     out_check = sqlite3.connect(temporary)
     try:
+        # The files first, before the engine finishes more of the jobs: quick_check is slow on a large copy.
+        queued_files = backup_files.take_needed(uploads, kept_uploads, taken, backup_files.needed_by(out_check))
         problem = out_check.execute("PRAGMA quick_check").fetchone()[0]
         if problem != "ok":
             raise sqlite3.DatabaseError(f"the copy does not pass quick_check: {problem}")
         documents = out_check.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
         chunks = out_check.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
-        staged = [row[0] for row in out_check.execute(
-            "SELECT staged_path FROM jobs WHERE status IN ('queued', 'running') AND staged_path IS NOT NULL")]
         # A restored copy is a different database from the indexes on any disk: they are rebuilt.
         out_check.execute("UPDATE meta SET value = lower(hex(randomblob(16))) WHERE key = 'index_epoch'")
         out_check.commit()
     finally:
         out_check.close()
     os.replace(temporary, copy)
-    copied = 0
-    for name in staged:
-        path = source.parent / UPLOADS_DIR / name
-        if path.is_file():
-            (target / UPLOADS_DIR).mkdir(exist_ok=True)
-            shutil.copy2(path, target / UPLOADS_DIR / name)
-            copied += 1
-    return {"database": str(copy), "documents": documents, "chunks": chunks, "queued_files": copied,
+    return {"database": str(copy), "documents": documents, "chunks": chunks, "queued_files": queued_files,
             "bytes": copy.stat().st_size}
+
+
+def _remove_partial(target: Path) -> None:
+    """Remove what a failed backup wrote into `target` (cli/backup.py gave it empty): the database, its
+    temporary name and SQLite's files beside it, and the staged files taken."""
+    for name in (DATABASE_FILE, DATABASE_FILE + ".part"):
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            (target / (name + suffix)).unlink(missing_ok=True)
+    shutil.rmtree(target / UPLOADS_DIR, ignore_errors=True)
