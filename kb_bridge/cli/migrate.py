@@ -12,8 +12,12 @@ not a sound engine store is one line naming it. One document that PostgreSQL can
 older engine took) never stops the copy: it is named by id with the reason, skipped, and the rest is copied;
 the exit status is then 1, so a script notices.
 
-Exit status: 0 when everything arrived; 1 when documents were skipped, the counts do not match, or the target
-failed; 2 for a usage error (a bad --to URL, a --from-sqlite that is not a sound store); 130 on Ctrl-C. Stop
+Jobs are not copied, only documents: a store whose engine stopped with jobs still queued (or running) is
+refused, naming them, before PostgreSQL is touched (local_engine/migration.py's `refuse_unfinished`); the
+engine finishes them when it starts on the store again.
+
+Exit status: 0 when everything arrived; 1 when documents were skipped, the counts do not match, the store has
+jobs not done yet, or the target failed; 2 for a usage error (a bad --to URL, a --from-sqlite that is not a sound store); 130 on Ctrl-C. Stop
 the engine that writes to the SQLite store first, or documents it adds meanwhile may be missed (a rerun
 copies them).
 
@@ -44,7 +48,8 @@ def add_arguments(commands: Any) -> None:
                     "local engine's SQLite data directory into a PostgreSQL database for KB_ENGINE_DATABASE_URL. Resumable and "
                     "idempotent: a rerun copies only what is missing. Counts are compared at the end.",
         epilog="Exit status: 0 copied and the counts match; 1 a document was skipped (named on stderr), counts "
-               "differ or the database failed; 2 usage error (a bad --to URL, a --from-sqlite that is not a sound "
+               "differ, the store has jobs not done yet (let its engine finish them first) or the database "
+               "failed; 2 usage error (a bad --to URL, a --from-sqlite that is not a sound "
                "engine store); 130 interrupted (run it again to continue).")
     parser.add_argument("--from-sqlite", required=True, metavar="DIR", type=Path,
                         help="the engine's data directory (the one holding engine.sqlite3)")

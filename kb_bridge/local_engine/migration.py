@@ -10,7 +10,8 @@ missing; a different document under the same id in the target is reported like a
 overwritten nor counted as copied. One
 document PostgreSQL cannot hold (a NUL character an older engine took) never stops the copy: it is reported
 through `skipped` with the reason, and the rest is copied. A failure of the copy itself is an EngineError,
-and what was copied stays. The report compares the counts of both stores.
+and what was copied stays. The report compares the counts of both stores. Jobs are not copied: a source
+with jobs not done yet is refused before PostgreSQL is touched (`refuse_unfinished` says why).
 
 To copy something more with each document, extend `_copy` and store/postgres/importing.py's `write`.
 """
@@ -50,6 +51,8 @@ class Migration:
     # The model that made the source's vectors, and their size; None when there are no vectors to copy.
     identity: str | None
     dim: int | None
+    # The source's jobs not done yet, (id, type): `run` refuses while there are any.
+    unfinished: tuple[tuple[int, str], ...] = ()
 
 
 def plan(data_dir: Path, url: str) -> Migration:
@@ -67,16 +70,19 @@ def plan(data_dir: Path, url: str) -> Migration:
         export.check(source)
         expected = export.totals(source)
         embedding = export.embedding(source)
+        unfinished = tuple(export.unfinished_jobs(source))
     except (ConfigError, sqlite3.Error) as exc:
         raise ConfigError(f"--from-sqlite: {source_path}: {_reason(exc)}") from None
     identity, dim = embedding if embedding is not None else (None, None)
     if dim is None or expected["vectors"] == 0:
         identity = None
-    return Migration(source_path, url, source, expected, identity, dim)
+    return Migration(source_path, url, source, expected, identity, dim, unfinished)
 
 
 def run(migration: Migration, progress: Progress, skipped: Skip) -> dict[str, Any]:
-    """Copy every document not yet in the target; the report `kb-bridge migrate --json` prints."""
+    """Copy every document not yet in the target; the report `kb-bridge migrate --json` prints. EngineError,
+    before PostgreSQL is touched, while the source has jobs not done yet (`refuse_unfinished`)."""
+    refuse_unfinished(migration)
     skips: list[dict[str, object]] = []
 
     def skip(document_id: object, reason: str) -> None:
@@ -93,6 +99,24 @@ def run(migration: Migration, progress: Progress, skipped: Skip) -> dict[str, An
     ok = all(found[key] >= expected[key] for key in expected) and not skips
     return {"source": str(migration.source_path), "target": database_url.redacted(migration.url), "copied": copied,
             "skipped": skips, "expected": expected, "found": found, "ok": ok}
+
+
+def refuse_unfinished(migration: Migration) -> None:
+    """Refuse a source whose engine stopped with jobs not done yet. They are normal (the engine resumes them
+    when it starts) and the engine answered 202 for each, but only documents are copied: a job's row, its
+    Idempotency-Key and its staged upload (uploads/ beside the SQLite file; in the database on PostgreSQL)
+    would have to be carried over consistently with the target's own queue, so the note or file it brings
+    would be lost without a word. Letting the source's engine finish them (or cancelling them) first is
+    the honest way round."""
+    if not migration.unfinished:
+        return
+    shown = ", ".join(f"{kind} job {job_id}" for job_id, kind in migration.unfinished[:10])
+    more = f" and {len(migration.unfinished) - 10} more" if len(migration.unfinished) > 10 else ""
+    raise EngineError(
+        f"--from-sqlite: {migration.source_path} holds {len(migration.unfinished)} job(s) not done yet ({shown}{more}): "
+        "their notes and files are not documents yet and would not be copied. Start the engine on that directory "
+        "(kb-bridge engine --data DIR) and let them finish (kb-bridge jobs --status queued lists them), or cancel "
+        "them (DELETE /api/v1/jobs/{id}), stop it, then run migrate again; nothing was written to PostgreSQL")
 
 
 def _check_driver() -> None:

@@ -238,3 +238,37 @@ def test_a_hostile_sqlite_file_is_one_line_and_nothing_is_written(
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and lines[0].startswith("kb-bridge migrate: --from-sqlite:"), done.stderr
     assert nothing_written(url)
+
+
+def test_a_store_with_jobs_not_done_yet_is_refused_until_they_finish(
+        make_app: Callable[..., flask.Flask], tmp_path: Path, postgres_server: PostgresServer) -> None:
+    """An engine stopped with queued jobs resumes them at its next start; it answered 202 for each. Only
+    documents are copied, so a migration of such a store reported every count ok and exit 0 while the
+    queued note and file were gone: it refuses now, naming the jobs, and copies them once they are done."""
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None)
+    client = source.test_client()
+    kept = add_note(client, "Knots gather in tight flocks over the estuary")
+    engine_of(source).worker.stop(5)  # the engine is stopped with these jobs still queued
+    note = client.post(f"{API}/jobs", json={"text": "Sanderlings chase the waves"})
+    file = upload(client, "dunlin.txt", b"Dunlins feed in the mud at low tide")
+    assert note.status_code == 202 and file.status_code == 202
+    engine_of(source).close()
+
+    url = postgres_server.new_database()
+    code, report, err = migrate(data, url)
+    assert code == 1 and report == {}, (code, report, err)
+    assert f"note job {note.json['id']}" in err and f"file job {file.json['id']}" in err, err
+    assert "let them finish" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert nothing_written(url)
+
+    restarted = make_app(data_dir=data, database_url=None)  # the engine finishes them
+    done = [wait_job(restarted.test_client(), job.json["id"]) for job in (note, file)]
+    assert [job["status"] for job in done] == ["done", "done"]
+    engine_of(restarted).close()
+    code, report, err = migrate(data, url)
+    assert code == 0 and report["copied"] == 3, err
+    pg = make_app(data_dir=tmp_path / "replica", database_url=url).test_client()
+    assert pg.get(f"{API}/documents/{kept['id']}").status_code == 200
+    assert pg.get(f"{API}/documents/{done[0]['document_id']}").json["content"] == "Sanderlings chase the waves"
+    assert pg.get(f"{API}/documents/{done[1]['document_id']}/original").data == b"Dunlins feed in the mud at low tide"

@@ -92,7 +92,8 @@ def write(conn: Any, documents: Sequence[StoredDocument], with_vectors: bool) ->
                            "changed_by) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                            [(d.id, v.version, v.title, v.text, json.dumps(list(v.tags)), v.updated_at, v.changed_by)
                             for d in documents for v in d.versions])
-        # Without the job that took it (jobs are not copied): a duplicate is answered with the document alone.
+        # Without the job that took it (jobs are not copied; migration.refuse_unfinished refuses a store with
+        # jobs not done yet): a duplicate is answered with the document alone.
         # A key the target already holds (a note written there since) stays with that note.
         cursor.executemany("INSERT INTO note_keys (scope, text_key, job_id, document_id) VALUES (%s, %s, NULL, %s) "
                            "ON CONFLICT DO NOTHING",

@@ -36,6 +36,7 @@ COLUMNS = {
     "originals": ("document_id", "filename", "content_type", "data"),
     "document_versions": ("document_id", "version", "title", "text", "tags", "updated_at", "changed_by"),
     "note_keys": ("scope", "text_key", "document_id"),
+    "jobs": ("id", "type", "status"),  # only to find the jobs not done yet (unfinished_jobs)
 }
 # Tables an older store may lack: `originals` (schema 4), a note's history and its duplicate keys (schema 7,
 # kb engine 3.9, which also added documents.changed_by, read when it is there).
@@ -115,6 +116,13 @@ def totals(conn: sqlite3.Connection) -> dict[str, int]:
     counts["versions"] = (int(conn.execute("SELECT COUNT(*) FROM document_versions").fetchone()[0])
                           if _has_table(conn, "document_versions") else 0)
     return counts
+
+
+def unfinished_jobs(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+    """The jobs not done yet, oldest first, as (id, type): queued ones, and running ones (an engine stopped
+    while it ran them queues them again when it starts)."""
+    return [(int(r[0]), str(r[1])) for r in conn.execute(
+        "SELECT id, type FROM jobs WHERE status IN ('queued', 'running') ORDER BY id")]
 
 
 def documents_after(conn: sqlite3.Connection, after_id: object, limit: int) -> list[StoredDocument | Unreadable]:
