@@ -82,3 +82,46 @@ def test_a_record_is_the_same_document_by_source_path_or_else_by_title_and_text(
     assert identity(title="preferences") == identity(title="preferences", id=99)
     assert identity(title="a", source_path="notes/a.md") != identity(title="a", source_path="notes/b.md")
     assert identity(title="a", source_path="notes/a.md") == identity(title="b", source_path="notes/a.md", text="other")
+
+
+def fake_listing(documents: list[dict[str, object]], bounded: bool = True) -> None:
+    """GET /documents over `documents` as an engine lists them: newest update first, time bounds (3.8)."""
+    from datetime import datetime
+    from urllib.parse import parse_qs, urlparse
+
+    def moment(value: object) -> datetime:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+    def answer(request: object) -> tuple[int, dict[str, str], str]:
+        query = {k: v[0] for k, v in parse_qs(urlparse(request.url).query).items()}  # type: ignore[attr-defined]
+        found = sorted(documents, key=lambda d: (str(d["updated_at"]), int(d["id"])), reverse=True)  # type: ignore[call-overload]
+        if bounded:
+            after, before = (moment(query[k]) if k in query else None for k in ("updated_after", "updated_before"))
+            found = [d for d in found if (after is None or after <= moment(d["updated_at"]))
+                     and (before is None or moment(d["updated_at"]) < before)]
+        offset, limit = int(query.get("offset", 0)), int(query["limit"])
+        body: dict[str, object] = {"documents": found[offset:offset + limit], "total": len(found)}
+        if bounded:
+            body["time_filters"] = {}
+        return 200, {}, json.dumps(body)
+
+    responses.add_callback(responses.GET, f"{URL}/api/v1/documents", callback=answer)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+@responses.activate
+def test_a_listing_lists_each_document_once_across_instants_shared_by_more_than_a_page(bounded: bool) -> None:
+    """250 documents updated in one millisecond (a batch of jobs finishes in one commit), between others."""
+    from kb_bridge.cli.listing import Listing
+
+    def at(moment: str, ids: range) -> list[dict[str, object]]:
+        return [{"id": i, "updated_at": moment, "tags": []} for i in ids]
+
+    documents = (at("2026-01-01T00:00:00.000Z", range(1, 31)) + at("2026-01-02T00:00:00.000Z", range(31, 281))
+                 + at("2026-01-02T00:00:00.001Z", range(281, 331)) + [{"id": 400 + i, "tags": [],
+                 "updated_at": f"2026-01-03T00:00:{i:02d}.000Z"} for i in range(60)])
+    fake_listing(documents, bounded)
+    listing = Listing(EngineClient(EngineSettings(url=URL, retry_attempts=1)), None)
+    ids = [d["id"] for page, _ in listing.pages() for d in page]
+    assert sorted(ids) == sorted(int(d["id"]) for d in documents)  # type: ignore[call-overload]
+    assert listing.by_time is bounded

@@ -9,7 +9,8 @@ import brings back as a note of its text); with `--history`, a note's `history`,
 (cli/history.py), which import gives back to the new document once it is stored (a rerun gives it to a
 note an earlier run stored without it, and reports one changed since rather than replace its versions). The
 export is written to a temporary file and renamed at the end, so an interrupted export never leaves a half
-file under the name.
+file under the name. Documents are listed by their update times (cli/listing.py), so that others deleted
+during the export make it miss none; those updated meanwhile are listed again at the end.
 
 Import reads the file one line at a time (memory does not grow with the file), queues each record as a
 note or an upload, and waits for the jobs. A line that is not JSON or a record that is not valid is reported
@@ -36,12 +37,13 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from kb_bridge import collection_tags, shapes
 from kb_bridge.cli.configured import with_settings
-from kb_bridge.cli import history
+from kb_bridge.cli import history, listing
 from kb_bridge.cli.exits import FAILED, OK, add_command, hint
 from kb_bridge.cli.import_records import Record, read_records, stored_identity
 from kb_bridge.cli.progress import Progress
@@ -52,8 +54,11 @@ from kb_bridge.errors import (EngineAuthFailed, EngineUnavailable, IngestionFail
 from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
-PAGE = 100
 WAIT_SECONDS = 600.0
+# Listings of the documents updated while the export ran: each picks up those changed during the one before.
+SWEEPS = 3
+# How far the engine's clock may lag this one's for the listing of documents updated during the export.
+CLOCK_SKEW = timedelta(minutes=5)
 # The ids of the documents an engine holds, by identity (import_records.stored_identity).
 Stored = dict[tuple[str | None, ...], list[int]]
 
@@ -112,35 +117,40 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     return OK
 
 
-def _pages(client: EngineClient, tag: str | None = None) -> Iterator[tuple[list[Any], int | None]]:
-    """The engine's documents page by page, newest update first: (page, the total the engine reported)."""
-    offset = 0
-    while True:
-        raw = client.list_documents([("limit", PAGE), ("offset", offset)] + ([("tag", tag)] if tag else []))
-        page = shapes.listed(raw, "documents")
-        total = raw.get("total")
-        yield page, total if isinstance(total, int) else None
-        if len(page) < PAGE:
-            return
-        offset += len(page)
-
-
 def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:
-    """Every document once (newest update first; one that changes during the export is taken once)."""
-    seen: set[int] = set()
+    """Every document once, newest update first (cli/listing.py: no document is lost to others deleted
+    meanwhile), then those updated while the export ran, which moved above where the listing had reached."""
+    documents = listing.Listing(client, tag)
     with Progress() as progress:
-        for index, (page, total) in enumerate(_pages(client, tag)):
-            if index == 0:
-                progress.phase("export", total, "doc")
-            for listed in page:
-                document_id = listed.get("id") if isinstance(listed, dict) else None
-                if not isinstance(document_id, int) or document_id in seen:
-                    continue
-                seen.add(document_id)
-                record = _record(client, document_id)
-                if record is not None:
-                    yield record
-                progress.advance(1)
+        since = None
+        for sweep in range(1 + SWEEPS):
+            found = 0
+            for index, (page, total) in enumerate(documents.pages(since)):
+                if sweep == 0 and index == 0:
+                    progress.phase("export", total, "doc")
+                    since = _sweep_from(documents.started)
+                for listed in page:
+                    found += 1
+                    record = _record(client, listed["id"])
+                    if record is not None:
+                        yield record
+                    progress.advance(1)
+            if since is None or not documents.by_time or (sweep and not found):
+                return
+
+
+def _sweep_from(newest: str | None) -> str | None:
+    """Where the listing of documents updated during the export starts: the latest update when it began
+    (a document updated since has a later time), or a little before now should that one lie in the future
+    (an imported document keeps its times)."""
+    if newest is None:
+        return None
+    now = datetime.now(timezone.utc) - CLOCK_SKEW
+    try:
+        started = datetime.fromisoformat(newest.replace("Z", "+00:00"))
+        return newest if started <= now else now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (ValueError, TypeError):  # TypeError: a time without offset, which the engine never writes
+        return None
 
 
 def _record(client: EngineClient, document_id: int) -> dict[str, Any] | None:
@@ -257,7 +267,7 @@ def _keeps_times(client: EngineClient) -> bool:
 def _stored_documents(client: EngineClient) -> Stored:
     """The ids of the documents the engine holds, by identity (import_records.stored_identity)."""
     found: Stored = {}
-    for page, _total in _pages(client):
+    for page, _total in listing.Listing(client, None).pages():
         for raw in page:
             if isinstance(raw, dict):
                 document = shapes.document(raw)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -567,3 +567,43 @@ def test_a_rerun_gives_a_note_stored_without_its_history_the_history(text_only_e
     again = kb(engine, "import", str(full), "--json")  # the kettle's history is there now: nothing more to do
     assert [f["line"] for f in json.loads(again.stdout)["failed"]] == [2]
     assert len(engine_get(engine, f"/documents/{by_title['kettle']}/versions")["versions"]) == 3
+
+
+def test_export_keeps_every_document_while_others_are_deleted_or_updated(text_only_engine: Service,
+                                                                         tmp_path: Path) -> None:
+    """Export listed by offset over a newest-first listing: one document deleted after the first page moved
+    every later one up a place, and one still stored was missing from the file (exit 0); one updated moved
+    above where the listing had reached and was missing too."""
+    engine = text_only_engine
+    collection = f"export-churn-{SUFFIX}"
+    for number in range(150):
+        assert requests.post(f"{engine.url}/api/v1/jobs", headers=HEADERS, timeout=30, json={
+            "text": f"Export churn note {number} {SUFFIX}", "tags": [f"collection:{collection}"]}).status_code == 202
+    wait_until(lambda: engine_get(engine, "/documents", tag=f"collection:{collection}", limit=1)["total"] == 150, 120,
+               what="150 notes stored")
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY})
+
+    def export_while(change: Callable[[], None]) -> set[int]:
+        """The ids exported while `change` ran right after the first page was listed."""
+        target = tmp_path / "churn.jsonl"
+        export = subprocess.Popen([sys.executable, "-m", "kb_bridge", "export", str(target), "--collection",
+                                   collection], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+        assert export.stderr is not None
+        export.stderr.readline()  # "export: 0/150 doc": the first page is listed
+        change()
+        rest = export.stderr.read()
+        assert export.wait(timeout=300) == 0, rest
+        return {json.loads(line)["id"] for line in target.read_text().splitlines()}
+
+    def stored() -> set[int]:
+        return {doc["id"] for doc in documents_in(engine, collection)}
+
+    newest = documents_in(engine, collection)[0]["id"]  # on the first page
+    exported = export_while(lambda: requests.delete(f"{engine.url}/api/v1/documents/{newest}", headers=HEADERS,
+                                                    timeout=30).raise_for_status())
+    assert stored() - exported == set() and len(stored()) == 149
+
+    oldest = documents_in(engine, collection)[-1]["id"]  # on the second page
+    exported = export_while(lambda: requests.patch(f"{engine.url}/api/v1/notes/{oldest}", headers=HEADERS, timeout=30,
+                                                   json={"text": f"Export churn, updated {SUFFIX}"}).raise_for_status())
+    assert stored() - exported == set() and oldest in exported
