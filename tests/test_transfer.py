@@ -84,34 +84,37 @@ def test_a_record_is_the_same_document_by_source_path_or_else_by_title_and_text(
     assert identity(title="a", source_path="notes/a.md") == identity(title="b", source_path="notes/a.md", text="other")
 
 
-def fake_listing(documents: list[dict[str, object]], bounded: bool = True) -> None:
-    """GET /documents over `documents` as an engine lists them: newest update first, time bounds (3.8)."""
-    from datetime import datetime
+def fake_listing(documents: list[dict[str, object]], keyed: bool = True) -> list[dict[str, str]]:
+    """GET /documents over `documents` as an engine lists them: newest update first (ties: the higher id
+    first), time bounds (3.8), and with `keyed` the page after a key (3.14's `after`). Returns the queries."""
     from urllib.parse import parse_qs, urlparse
 
-    def moment(value: object) -> datetime:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    queries: list[dict[str, str]] = []
 
     def answer(request: object) -> tuple[int, dict[str, str], str]:
         query = {k: v[0] for k, v in parse_qs(urlparse(request.url).query).items()}  # type: ignore[attr-defined]
+        queries.append(query)
         found = sorted(documents, key=lambda d: (str(d["updated_at"]), int(d["id"])), reverse=True)  # type: ignore[call-overload]
-        if bounded:
-            after, before = (moment(query[k]) if k in query else None for k in ("updated_after", "updated_before"))
-            found = [d for d in found if (after is None or after <= moment(d["updated_at"]))
-                     and (before is None or moment(d["updated_at"]) < before)]
+        found = [d for d in found if str(d["updated_at"]) >= query.get("updated_after", "")]
+        body: dict[str, object] = {"time_filters": {}}
+        if keyed:
+            body["after"] = query.get("after")
+            if "after" in query:
+                time, ident = query["after"].split(",")
+                found = [d for d in found if (str(d["updated_at"]), int(d["id"])) < (time, int(ident))]  # type: ignore[call-overload]
         offset, limit = int(query.get("offset", 0)), int(query["limit"])
-        body: dict[str, object] = {"documents": found[offset:offset + limit], "total": len(found)}
-        if bounded:
-            body["time_filters"] = {}
+        body.update(documents=found[offset:offset + limit], total=len(found))
         return 200, {}, json.dumps(body)
 
     responses.add_callback(responses.GET, f"{URL}/api/v1/documents", callback=answer)
+    return queries
 
 
-@pytest.mark.parametrize("bounded", [True, False])
+@pytest.mark.parametrize("keyed", [True, False], ids=["engine 3.14", "engine before 3.14"])
 @responses.activate
-def test_a_listing_lists_each_document_once_across_instants_shared_by_more_than_a_page(bounded: bool) -> None:
-    """250 documents updated in one millisecond (a batch of jobs finishes in one commit), between others."""
+def test_a_listing_lists_each_document_once_across_instants_shared_by_more_than_a_page(keyed: bool) -> None:
+    """250 documents updated in one millisecond (a batch of jobs finishes in one commit), between others:
+    after the keys (3.14), or by offset from an engine that answers no `after`."""
     from kb_bridge.cli.listing import Listing
 
     def at(moment: str, ids: range) -> list[dict[str, object]]:
@@ -120,8 +123,10 @@ def test_a_listing_lists_each_document_once_across_instants_shared_by_more_than_
     documents = (at("2026-01-01T00:00:00.000Z", range(1, 31)) + at("2026-01-02T00:00:00.000Z", range(31, 281))
                  + at("2026-01-02T00:00:00.001Z", range(281, 331)) + [{"id": 400 + i, "tags": [],
                  "updated_at": f"2026-01-03T00:00:{i:02d}.000Z"} for i in range(60)])
-    fake_listing(documents, bounded)
+    queries = fake_listing(documents, keyed)
     listing = Listing(EngineClient(EngineSettings(url=URL, retry_attempts=1)), None)
     ids = [d["id"] for page, _ in listing.pages() for d in page]
     assert sorted(ids) == sorted(int(d["id"]) for d in documents)  # type: ignore[call-overload]
-    assert listing.by_time is bounded
+    assert len(ids) == len(set(ids)) and listing.by_time
+    paged = [q for q in queries[1:]]
+    assert all(("after" in q) == keyed and ("offset" in q) != keyed for q in paged), queries
