@@ -14,6 +14,10 @@ from urllib.parse import quote
 ProgressFn = Callable[[int], None]
 
 
+class SizeChanged(ValueError):
+    """The file part held more or fewer bytes than announced: the file grew or shrank while it was sent."""
+
+
 def _ascii_fallback(filename: str) -> str:
     safe = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in filename)
     return safe or "upload"
@@ -71,12 +75,12 @@ class MultipartBody:
         for chunk in self._chunks():
             self._file_bytes += len(chunk)
             if self._file_bytes > self._size:
-                raise ValueError("the staged file is longer than announced")
+                raise SizeChanged("the staged file is longer than announced")
             yield chunk
             if self._progress is not None:
                 self._progress(self._file_bytes)
         if self._file_bytes != self._size:
-            raise ValueError("the staged file is shorter than announced")
+            raise SizeChanged("the staged file is shorter than announced")
         yield self._tail
 
     def read(self, n: int = -1) -> bytes:
