@@ -94,7 +94,7 @@ def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
         return watch(args, settings)
     found = find_files(args.paths, args.glob, settings.uploads.extensions, args.prefix)
-    if not found.candidates and not args.prune:
+    if not found.candidates and not found.problems and not args.prune:
         print(f"kb-bridge ingest: no supported files found (types: {', '.join(settings.uploads.extensions)})",
               file=sys.stderr)
         for link in found.links:

@@ -26,7 +26,13 @@ Below a folder root:
   to it (so a link inside the folder never makes a second document). A folder reached through a link is
   walked once; a link back up the tree is not walked again.
 - a link that resolves outside every root (a link to ~/.aws/credentials, to /etc), that is broken, or that
-  loops, is skipped and reported: loading a folder never reads a file the user did not hand over.
+  loops, is skipped and reported: loading a folder never reads a file the user did not hand over;
+- folders are listed and files reached one name at a time from the root (ingest_paths.py): never through a
+  link put in a folder's place since, and however long the path (deeper than PATH_MAX included).
+
+A file or folder that cannot be taken is a Problem, reported as failed while the others go on: a folder that
+cannot be listed or a file that cannot be stat'ed (permissions, a share gone away; --prune keeps every
+document at or below it: ingest_plan.py). Paths are shown with bytes that are not UTF-8 escaped (`shown`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from kb_bridge.cli import ingest_paths
 from kb_bridge.errors import InvalidArgument
 
 
@@ -88,12 +95,27 @@ class SkippedLink:
     reason: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A file or folder that cannot be taken: its real path, its source_path as shown (`shown`), and why."""
+
+    path: Path
+    source_path: str
+    reason: str
+
+
 @dataclasses.dataclass
 class Found:
     roots: list[Root] = dataclasses.field(default_factory=list)
     candidates: list[Candidate] = dataclasses.field(default_factory=list)
     unsupported: list[str] = dataclasses.field(default_factory=list)  # source paths left out for their type
     links: list[SkippedLink] = dataclasses.field(default_factory=list)
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+
+
+def shown(text: str) -> str:
+    """`text` (a path as os.fsdecode gives it) printable as UTF-8: bytes that are not UTF-8 escaped (\\xff)."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
 def resolve_roots(paths: Sequence[Path], prefixes: Sequence[str] = ()) -> list[Root]:
@@ -133,17 +155,17 @@ def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[
     taken: dict[str, Candidate] = {}
     for root in roots:
         if root.path.is_file():
-            files: Iterator[tuple[Path, Root]] = iter([(root.path, root)])
+            files: Iterator[tuple[Path, Root, _Stat]] = iter([(root.path, root, None)])
         else:
-            files = _walk(root, roots, found.links)
-        for path, home in files:
+            files = _walk(root, roots, found)
+        for path, home, stat in files:
             source_path = _source_path(path, home)
             relative = path.relative_to(home.path).as_posix() if path != home.path else path.name
             if pattern and not (fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(path.name, pattern)):
                 continue
             if path.suffix.lower() not in allowed:
-                if source_path not in found.unsupported:
-                    found.unsupported.append(source_path)
+                if shown(source_path) not in found.unsupported:
+                    found.unsupported.append(shown(source_path))
                 continue
             earlier = taken.get(source_path)
             if earlier is not None:
@@ -151,14 +173,18 @@ def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[
                     raise Collision("PATH", f"{earlier.path} and {path} would both be stored as {source_path}; "
                                             "nothing was written (give each PATH its own --prefix)")
                 continue
-            try:
-                stat = path.stat()
-            except OSError:
+            if stat is None:
+                stat = _lstat(home.path, path)
+            if isinstance(stat, FileNotFoundError):
                 continue  # gone since the walk saw it
+            if isinstance(stat, OSError):
+                found.problems.append(Problem(path, shown(source_path), f"cannot read the file: {stat.strerror}"))
+                continue
             taken[source_path] = Candidate(path, source_path, stat.st_size, home, stat.st_mtime_ns, stat.st_ino)
     found.candidates = sorted(taken.values(), key=lambda candidate: candidate.source_path)
     found.unsupported.sort()
     found.links.sort(key=lambda link: link.path)
+    found.problems.sort(key=lambda problem: problem.source_path)
     return found
 
 
@@ -171,9 +197,23 @@ def _resolved_root(path: Path) -> Path:
         raise InvalidArgument("PATH", f"{path} is a broken symbolic link or a loop of links") from None
 
 
-def _walk(root: Root, roots: Sequence[Root], links: list[SkippedLink]) -> Iterator[tuple[Path, Root]]:
-    """(real path, its root) of the regular files below the real folder `root`, links inside the roots
-    followed; the links not followed go to `links`."""
+# What lstat said of a file (or the error it raised); None: not asked yet.
+_Stat = os.stat_result | OSError | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    name: str
+    is_link: bool
+    is_dir: bool
+    is_file: bool
+    stat: _Stat  # a regular file's, asked in its open folder (one call, not a walk down from the root)
+
+
+def _walk(root: Root, roots: Sequence[Root], found: Found) -> Iterator[tuple[Path, Root, _Stat]]:
+    """(real path, its root, its lstat) of the regular files below the real folder `root`, links inside the
+    roots followed; the links not followed go to `found.links`, the folders that cannot be listed to its
+    problems."""
     walked: set[Path] = set()
     folders = [root.path]
     while folders:
@@ -181,40 +221,73 @@ def _walk(root: Root, roots: Sequence[Root], links: list[SkippedLink]) -> Iterat
         if folder in walked:
             continue  # reached again through a link: once is enough
         walked.add(folder)
+        home = _root_of(folder, root, roots) or root  # a folder is only ever reached inside a root
         try:
-            with os.scandir(folder) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError:
-            continue  # unreadable: nothing of it is loaded
+            entries = _listing(home.path, folder)
+        except FileNotFoundError:
+            continue  # gone since its parent was listed
+        except OSError as exc:  # nothing of it is loaded, and --prune keeps what it holds (ingest_plan.py)
+            found.problems.append(Problem(folder, shown(_source_path(folder, home)),
+                                          f"cannot list the folder: {exc.strerror}; nothing in it is loaded, "
+                                          "updated or pruned until it can be"))
+            continue
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_symlink():
-                target = _target_inside(Path(entry.path), root, roots, links)
+            path, is_dir, is_file, stat = folder / entry.name, entry.is_dir, entry.is_file, entry.stat
+            if entry.is_link:
+                target = _target_inside(path, root, roots, found.links)
                 if target is None:
                     continue
                 path, is_dir, is_file = target, target.is_dir(), target.is_file()  # real: no link left
-            else:
-                path = Path(entry.path)
-                is_dir, is_file = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
             if is_dir:
                 folders.append(path)
             elif is_file:
-                home = _root_of(path, root, roots)
-                if home is not None:
-                    yield path, home
+                file_root = _root_of(path, root, roots)
+                if file_root is not None:
+                    yield path, file_root, stat
+
+
+def _listing(root: Path, folder: Path) -> list[_Entry]:
+    """The entries of `folder` that are not hidden, sorted by name; what each is, is asked while the folder is
+    open (an entry of a listing that gives no type is stat'ed in it)."""
+    fd = ingest_paths.open_folder(root, folder)
+    try:
+        with os.scandir(fd) as listing:
+            entries = []
+            for entry in listing:
+                if entry.name.startswith("."):
+                    continue
+                is_link, is_file = entry.is_symlink(), entry.is_file(follow_symlinks=False)
+                entries.append(_Entry(entry.name, is_link, entry.is_dir(follow_symlinks=False), is_file,
+                                      _lstat_entry(entry) if is_file and not is_link else None))
+            return sorted(entries, key=lambda entry: entry.name)
+    finally:
+        os.close(fd)
+
+
+def _lstat_entry(entry: os.DirEntry[str]) -> os.stat_result | OSError:
+    try:
+        return entry.stat(follow_symlinks=False)
+    except OSError as exc:
+        return exc
+
+
+def _lstat(root: Path, path: Path) -> os.stat_result | OSError:
+    try:
+        return ingest_paths.lstat(root, path)
+    except OSError as exc:
+        return exc
 
 
 def _target_inside(link: Path, root: Root, roots: Sequence[Root], links: list[SkippedLink]) -> Path | None:
     """The real path `link` resolves to when it lies inside the roots; else None, the link reported."""
-    where = _source_path(link, _root_of(link.parent, root, roots) or root)
+    where = shown(_source_path(link, _root_of(link.parent, root, roots) or root))
     try:
         target = link.resolve(strict=True)
     except (OSError, RuntimeError):  # missing target, or a loop of links
         links.append(SkippedLink(where, "a broken symbolic link or a loop of links"))
         return None
     if _root_of(target, root, roots) is None:
-        links.append(SkippedLink(where, f"points outside the folders given (to {target})"))
+        links.append(SkippedLink(where, f"points outside the folders given (to {shown(str(target))})"))
         return None
     return target
 

@@ -11,7 +11,9 @@ the state file: ingest_state.py), each file is:
 - added: anything else.
 
 A document of a root whose file is gone (and that no file moved into) is removed with --prune, else kept and
-counted as stale. Documents another root loaded are never touched: finding one under a prefix of this run
+counted as stale. Gone means the file's path, checked folder by folder (ingest_paths.py), is missing: a file
+that cannot be checked (permissions, a share gone away) is not gone, and nothing at or below a file or folder
+the walk could not read (ingest_files.Problem, each a failed step) is, in that run. Documents another root loaded are never touched: finding one under a prefix of this run
 stops the run before anything is written (ForeignDocuments). A document without any root tag, stored by an
 older kb-bridge, belongs to the root whose prefix holds it, and gets that root's tag.
 """
@@ -19,17 +21,18 @@ older kb-bridge, belongs to the root whose prefix holds it, and gets that root's
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kb_bridge.cli import ingest_paths
 from kb_bridge.cli.exits import USAGE, Failed
-from kb_bridge.cli.ingest_files import ROOT_TAG, Candidate, Root
+from kb_bridge.cli.ingest_files import ROOT_TAG, Candidate, Problem, Root
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.client.engine import EngineClient
 
 PAGE = 500
+CHANGED = "the file changed while it was read (still being written?); the next run takes it"
 
 
 class ForeignDocuments(Failed):
@@ -115,9 +118,12 @@ def stored_by_state(files: dict[str, Known]) -> list[Stored]:
 
 
 def make_plan(candidates: Sequence[Candidate], roots: Sequence[Root], stored: Iterable[Stored],
-              known: dict[str, Known], prune: bool, sha256_of: Callable[[Path], str]) -> Plan:
-    """Decide every step (hashing only the files `known` cannot vouch for)."""
-    plan = Plan()
+              known: dict[str, Known], prune: bool, sha256_of: Callable[[Candidate], str],
+              problems: Sequence[Problem] = ()) -> Plan:
+    """Decide every step (hashing only the files `known` cannot vouch for); each of the walk's `problems` is a
+    failed step, and keeps what lies at or below it."""
+    plan = Plan([Step("fail", problem.source_path, reason=problem.reason) for problem in problems])
+    unreadable = [problem.path for problem in problems]
     at: dict[str, list[Stored]] = {}
     for document in stored:
         at.setdefault(document.source_path, []).append(document)
@@ -138,7 +144,7 @@ def make_plan(candidates: Sequence[Candidate], roots: Sequence[Root], stored: It
             new.append((candidate, sha256))
     taken = {candidate.source_path for candidate in candidates}
     gone = [document for source_path, documents in at.items() if source_path not in taken
-            for document in documents if _is_gone(document, roots)]
+            for document in documents if _is_gone(document, roots, unreadable)]
     for candidate, sha256 in new:
         match = next((document for document in gone if document.sha256 == sha256
                       and _owner(document, roots) == candidate.root), None)
@@ -152,17 +158,18 @@ def make_plan(candidates: Sequence[Candidate], roots: Sequence[Root], stored: It
     return plan
 
 
-def _content(candidate: Candidate, known: Known | None, sha256_of: Callable[[Path], str]) -> tuple[str | None, str]:
+def _content(candidate: Candidate, known: Known | None,
+             sha256_of: Callable[[Candidate], str]) -> tuple[str | None, str]:
     """The file's SHA-256, from the state when its stat is unchanged, else read; (None, why) if unreadable."""
     if known is not None and known.matches(candidate):
         return known.sha256, ""
     try:
-        sha256 = sha256_of(candidate.path)
-        after = candidate.path.stat()
+        sha256 = sha256_of(candidate)
+        after = ingest_paths.lstat(candidate.root.path, candidate.path)
     except OSError as exc:
         return None, f"cannot read the file: {exc.strerror or exc}"
     if (after.st_size, after.st_mtime_ns) != (candidate.size, candidate.mtime_ns):
-        return None, "the file changed while it was read (still being written?); the next run takes it"
+        return None, CHANGED
     return sha256, ""
 
 
@@ -173,10 +180,21 @@ def _owner(document: Stored, roots: Sequence[Root]) -> Root | None:
     return max(holding, key=lambda root: len(root.prefix), default=None)
 
 
-def _is_gone(document: Stored, roots: Sequence[Root]) -> bool:
-    """Whether the document's file no longer exists where its root's prefix puts it."""
+def _is_gone(document: Stored, roots: Sequence[Root], unreadable: Sequence[Path]) -> bool:
+    """Whether the document's file no longer exists where its root's prefix puts it (certainly: a path that
+    cannot be checked, or lies at or below one the walk could not read, is not gone)."""
     root = _owner(document, roots)
     if root is None:
         return False
     path = root.file_for(document.source_path)
-    return path is None or not os.path.exists(path)
+    if path is None:
+        return True
+    if any(path == where or where in path.parents for where in unreadable):
+        return False
+    try:
+        ingest_paths.lstat(root.path, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:  # EACCES, EIO, a folder on the way now a link (ELOOP): unknown, so kept
+        return False
+    return False

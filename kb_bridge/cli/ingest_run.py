@@ -13,21 +13,25 @@ each is indexed), then what they replace and what --prune removes; `outcomes` sa
 - a changed file's old document is deleted only once the new version is indexed and found at its
   source_path (search never finds neither);
 - a move is one PATCH /documents/{id} (docs/engine-api.md); an engine without it gets the file uploaded
-  anew and the old document deleted.
+  anew and the old document deleted;
+- a file is opened folder by folder from its root (ingest_paths.py: never through a link put in a folder's
+  place since the walk), before its upload starts, so that a file that cannot be opened fails alone; one
+  that cannot be read on while it is sent fails alone too, and the next run takes it. Raised inside the request, a read error would pass for the engine's
+  connection failing and stop the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from kb_bridge import collection_tags
+from kb_bridge.cli import ingest_paths
+from kb_bridge.cli.ingest_files import Candidate
 from kb_bridge.cli.ingest_plan import Plan, Step, Stored
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.cli.progress import Progress
@@ -60,23 +64,30 @@ class _Pending:
 # --- reading files ------------------------------------------------------------------------------------------
 
 
-def _open(path: Path) -> BinaryIO:
-    # The walk found a regular file at this real path: refuse a link put in its place since (O_NOFOLLOW).
-    return os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb")
+class _ReadFailed(Exception):
+    """An OSError reading a file while it is sent, raised as something requests does not take for its own."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.error = error
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(candidate: Candidate) -> str:
     digest = hashlib.sha256()
-    with _open(path) as handle:
+    with ingest_paths.open_file(candidate.root.path, candidate.path) as handle:
         while block := handle.read(BLOCK):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _blocks(path: Path) -> Iterator[bytes]:
-    with _open(path) as handle:
+def _blocks(handle: BinaryIO) -> Iterator[bytes]:
+    """The file from its first byte (each attempt of an upload reads it again)."""
+    try:
+        handle.seek(0)
         while block := handle.read(BLOCK):
             yield block
+    except OSError as exc:
+        raise _ReadFailed(exc) from exc
 
 
 def _idempotency_key(step: Step, after: int | None) -> str:
@@ -167,21 +178,34 @@ class Ingestion:
             self._progress.advance(total_sent - sent[0])
             sent[0] = total_sent
 
-        body = file_job_body(candidate.path.name, candidate.size, lambda: _blocks(candidate.path), fields, progress)
-        after: int | None = None
-        while True:
-            try:
-                job = self._client.upload_file_job(body, _idempotency_key(step, after))
-            except (EngineUnavailable, EngineAuthFailed):
-                raise  # nothing else will get through either
-            except KbError as exc:
-                self._progress.advance(candidate.size - sent[0])
-                self._record(step, "failed", reason=exc.message)
-                return
-            if not self._over(step, job):
-                break
-            after = int(job["id"])  # an earlier attempt's job, whose document is gone: a new attempt
+        try:
+            handle = ingest_paths.open_file(candidate.root.path, candidate.path)
+        except OSError as exc:
+            self._fail(step, sent[0], f"cannot read the file: {exc.strerror or exc}")
+            return
+        with handle:
+            body = file_job_body(candidate.path.name, candidate.size, lambda: _blocks(handle), fields, progress)
+            after: int | None = None
+            while True:
+                try:
+                    job = self._client.upload_file_job(body, _idempotency_key(step, after))
+                except (EngineUnavailable, EngineAuthFailed):
+                    raise  # nothing else will get through either
+                except KbError as exc:
+                    self._fail(step, sent[0], exc.message)
+                    return
+                except _ReadFailed as exc:
+                    self._fail(step, sent[0], f"cannot read the file: {exc}")
+                    return
+                if not self._over(step, job):
+                    break
+                after = int(job["id"])  # an earlier attempt's job, whose document is gone: a new attempt
         self._pending.append(_Pending(step, int(job["id"])))
+
+    def _fail(self, step: Step, sent: int, reason: str) -> None:
+        assert step.candidate is not None
+        self._progress.advance(step.candidate.size - sent)
+        self._record(step, "failed", reason=reason)
 
     def _over(self, step: Step, job: dict[str, Any]) -> bool:
         """Whether the engine answered an earlier attempt's job that cannot stand for this one: cancelled or

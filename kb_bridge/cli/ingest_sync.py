@@ -43,7 +43,7 @@ def synchronise(client: EngineClient, args: argparse.Namespace, found: Found, pr
     stored = stored_by_state(state.files) if state is not None and fresh else \
         stored_by_engine(client, collection_tag, found.roots)
     known = state.files if state is not None else {}
-    plan = make_plan(found.candidates, found.roots, stored, known, args.prune, sha256_of)
+    plan = make_plan(found.candidates, found.roots, stored, known, args.prune, sha256_of, found.problems)
     if args.dry_run:
         return Sync(plan, [])
     entries = {document.source_path: Known(-1, 0, 0, document.sha256 or "", document.id, document.root_tag or "")
