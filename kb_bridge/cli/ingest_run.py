@@ -16,7 +16,8 @@ each is indexed), then what they replace and what --prune removes; `outcomes` sa
   anew and the old document deleted;
 - a file is opened folder by folder from its root (ingest_paths.py: never through a link put in a folder's
   place since the walk), before its upload starts, so that a file that cannot be opened fails alone; one
-  that cannot be read on while it is sent fails alone too, and the next run takes it. Raised inside the request, a read error would pass for the engine's
+  that grows, shrinks or cannot be read on while it is sent fails alone too (the plan's CHANGED, or the
+  error), and the next run takes it. Raised inside the request, a read error would pass for the engine's
   connection failing and stop the run.
 """
 
@@ -32,12 +33,12 @@ from typing import Any, BinaryIO
 from kb_bridge import collection_tags
 from kb_bridge.cli import ingest_paths
 from kb_bridge.cli.ingest_files import Candidate
-from kb_bridge.cli.ingest_plan import Plan, Step, Stored
+from kb_bridge.cli.ingest_plan import CHANGED, Plan, Step, Stored
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, KbError
-from kb_bridge.uploads.multipart import file_job_body
+from kb_bridge.uploads.multipart import SizeChanged, file_job_body
 
 BLOCK = 1024 * 1024
 POLL_SECONDS = 0.1
@@ -193,6 +194,9 @@ class Ingestion:
                     raise  # nothing else will get through either
                 except KbError as exc:
                     self._fail(step, sent[0], exc.message)
+                    return
+                except SizeChanged:
+                    self._fail(step, sent[0], CHANGED)
                     return
                 except _ReadFailed as exc:
                     self._fail(step, sent[0], f"cannot read the file: {exc}")

@@ -103,6 +103,27 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.parametrize("hazard", ["grow", "shrink"])
+def test_a_file_that_changes_size_before_its_upload_fails_and_the_next_run_loads_it(
+        engine: Service, tmp_path: Path, hazard: str) -> None:
+    collection = f"changing-{hazard}"
+    folder = tmp_path / collection  # source paths of its own: the engine keeps upload keys across collections
+    write(folder / "a.txt", "the changing note about the bittern " * 20)
+    write(folder / "b.txt", "a steady note about the bearded tit, uploaded after it")
+
+    code, report = ingest_json(engine, tmp_path, str(folder), "--collection", collection,
+                               harness=[hazard, "a.txt", "-"])
+    assert code == 1 and report["interrupted"] == 0, report
+    assert (report["added"], report["failed"]) == (1, 1), report
+    assert report["failures"][0]["source_path"] == f"{collection}/a.txt", report
+    assert "the file changed while it was read" in report["failures"][0]["reason"], report
+    assert set(documents(engine, collection)) == {f"{collection}/b.txt"}
+
+    code, report = ingest_json(engine, tmp_path, str(folder), "--collection", collection)
+    assert code == 0 and (report["added"], report["skipped"]) == (1, 1), report
+    assert content(engine, documents(engine, collection)[f"{collection}/a.txt"]) == (folder / "a.txt").read_text()
+
+
 def test_prune_keeps_the_documents_of_a_folder_it_cannot_read(engine: Service, tmp_path: Path) -> None:
     folder = tmp_path / "tree"
     write(folder / "top.md", "the top note about the nightjar")
