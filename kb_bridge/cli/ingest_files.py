@@ -32,7 +32,8 @@ Below a folder root:
 
 A file or folder that cannot be taken is a Problem, reported as failed while the others go on: a folder that
 cannot be listed or a file that cannot be stat'ed (permissions, a share gone away; --prune keeps every
-document at or below it: ingest_plan.py). Paths are shown with bytes that are not UTF-8 escaped (`shown`).
+document at or below it: ingest_plan.py), and a name that is not UTF-8 (the engine stores source_path and
+title as UTF-8 text; such a name is shown with its bytes escaped, as `shown` does).
 """
 
 from __future__ import annotations
@@ -118,6 +119,14 @@ def shown(text: str) -> str:
     return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a byte os.fsdecode could not decode, held as a lone surrogate
+        return False
+    return True
+
+
 def resolve_roots(paths: Sequence[Path], prefixes: Sequence[str] = ()) -> list[Root]:
     """The roots with their prefixes (the rule above); InvalidArgument for a missing path or a bad --prefix."""
     if prefixes and len(prefixes) != len(paths):
@@ -166,6 +175,10 @@ def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[
             if path.suffix.lower() not in allowed:
                 if shown(source_path) not in found.unsupported:
                     found.unsupported.append(shown(source_path))
+                continue
+            if not (_is_utf8(source_path) and _is_utf8(path.name)):  # the title is the name
+                found.problems.append(Problem(path, shown(source_path), "its name is not UTF-8, which the engine "
+                                                                        "cannot store; rename it to load it"))
                 continue
             earlier = taken.get(source_path)
             if earlier is not None:

@@ -26,7 +26,7 @@ from watchdog.observers import Observer
 
 from kb_bridge.cli.exits import OK
 from kb_bridge.cli.ingest_sync import synchronise
-from kb_bridge.cli.ingest_files import find_files, resolve_roots
+from kb_bridge.cli.ingest_files import find_files, resolve_roots, shown
 from kb_bridge.cli.ingest_run import Outcome
 from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
@@ -74,7 +74,7 @@ def watch(args: argparse.Namespace, settings: Settings) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     client = EngineClient(settings.engine)
     observer.start()
-    _say(f"watching {', '.join(f'{root.path} as {root.prefix}' for root in roots)}; Ctrl-C stops")
+    _say(f"watching {', '.join(f'{shown(str(root.path))} as {shown(root.prefix)}' for root in roots)}; Ctrl-C stops")
     try:
         retry = RETRY_SECONDS
         pending = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine
+from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine, wait_until
 
 KEY = "ingest-hazards-key-0123456789abcdef"
 DEADLINE = 120  # seconds: a run that outlives it is stuck, not slow
@@ -101,6 +102,52 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def test_a_name_that_is_not_utf8_is_reported_and_the_other_files_load(engine: Service, tmp_path: Path) -> None:
+    folder = tmp_path / "names"
+    write(folder / "a.txt", "the avocet, before the bad name")
+    write(folder / "z.txt", "the zitting cisticola, after it")
+    with open(os.path.join(os.fsencode(folder), b"bad\xff\xfename.txt"), "w") as handle:
+        handle.write("a file whose name is Latin-1, not UTF-8")
+
+    for run in (1, 2):  # a rerun reports it again (it is never stored) and still does not stop
+        code, report = ingest_json(engine, tmp_path, str(folder), "--collection", "names")
+        assert code == 1 and report["interrupted"] == 0, report
+        assert (report["added"], report["skipped"], report["failed"]) == ((2, 0, 1) if run == 1 else (0, 2, 1)), report
+        [failure] = report["failures"]
+        assert failure["source_path"] == "names/bad\\xff\\xfename.txt" and "not UTF-8" in failure["reason"], failure
+    assert set(documents(engine, "names")) == {"names/a.txt", "names/z.txt"}
+
+    plain = ingest(engine, tmp_path, str(folder), "--collection", "names")
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr, plain.stderr
+    assert "failed: names/bad\\xff\\xfename.txt: its name is not UTF-8" in plain.stdout, plain.stdout
+
+
+def test_watch_reports_a_name_that_is_not_utf8_and_keeps_watching(engine: Service, tmp_path: Path) -> None:
+    folder = tmp_path / "watched"
+    write(folder / "a.txt", "the avocet, watched")
+    with open(os.path.join(os.fsencode(folder), b"bad\xffname.txt"), "w") as handle:
+        handle.write("a file whose name is Latin-1, not UTF-8")
+    log = tmp_path / "watch.out"
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "kb_bridge", "ingest", "--watch", str(folder), "--collection",
+                                    "watched", "--state", str(tmp_path / "state.json")], env=_env(engine), cwd=REPO,
+                                   stdout=out, stderr=subprocess.PIPE, text=True)
+    try:
+        def said(text: str) -> bool:
+            assert process.poll() is None, process.communicate()
+            return text in log.read_text()
+
+        wait_until(lambda: said("failed watched/bad\\xffname.txt: its name is not UTF-8"), DEADLINE,
+                   what="the first pass")
+        write(folder / "b.txt", "the bittern, written while watched")
+        wait_until(lambda: set(documents(engine, "watched")) == {"watched/a.txt", "watched/b.txt"}, DEADLINE,
+                   what="the file written since")
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0 and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("hazard", ["grow", "shrink"])
