@@ -13,10 +13,11 @@ Hidden files and folders (a name starting with '.') are left out unless named on
 Symbolic links are followed only inside the paths given; the others are skipped and reported in the
 summary (ingest_files.py says which and why).
 Progress goes to stderr (progress.py: a bar on a terminal, a line every few seconds otherwise); the summary to
-stdout, also after Ctrl-C or a lost engine. The exit code is 0 when every file was added, updated, moved or
-skipped, 1 when any failed or had its job cancelled (tasks/cancel, the console) while the run waited, 2 on a
-usage or configuration error, 130 after Ctrl-C (exits.py); --watch ends with 0 on Ctrl-C or SIGTERM, its
-normal way to stop.
+stdout, also after Ctrl-C or a lost engine. A file or folder that cannot be taken (unreadable, a name that is
+not UTF-8: ingest_files.py) is reported as failed and the others go on. The exit code is 0 when every file was
+added, updated, moved or skipped, 1 when any failed (a folder that could not be listed included) or had its job
+cancelled (tasks/cancel, the console) while the run waited, 2 on a usage or configuration error, 130 after
+Ctrl-C (exits.py); --watch ends with 0 on Ctrl-C or SIGTERM, its normal way to stop.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ def add_arguments(commands: Any) -> None:
                     "(~/handbook -> handbook/...), for several their path below the deepest folder holding "
                     "them all, or --prefix. Symbolic links are followed only when they point inside the paths "
                     "given; others are skipped and reported.",
-        epilog="Exit status: 0 all files added, updated, moved or skipped; 1 a file failed or its job was "
-               "cancelled, or the engine was unreachable; 2 a usage or configuration error (a missing PATH, two "
+        epilog="Exit status: 0 all files added, updated, moved or skipped; 1 a file failed (unreadable, a name "
+               "that is not UTF-8, changed while uploaded) or its job was cancelled, a folder could not be "
+               "listed, or the engine was unreachable; 2 a usage or configuration error (a missing PATH, two "
                "files with one source_path, a prefix holding another folder's documents); 130 interrupted "
                "(Ctrl-C); --watch: 0 when stopped with Ctrl-C or SIGTERM. Example: kb-bridge ingest ~/notes "
                "--prune --watch")
