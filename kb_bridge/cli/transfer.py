@@ -9,7 +9,7 @@ import brings back as a note of its text); with `--history`, a note's `history`,
 (cli/history.py), which import gives back to the new document once it is stored (a rerun gives it to a
 note an earlier run stored without it, and reports one changed since rather than replace its versions). The
 export is written to a temporary file and renamed at the end, so an interrupted export never leaves a half
-file under the name. Documents are listed by their update times (cli/listing.py), so that others deleted
+file under the name. Documents are listed after the last one's key (cli/listing.py), so that others deleted
 during the export make it miss none; those updated meanwhile are listed again at the end.
 
 Import reads the file one line at a time (memory does not grow with the file), queues each record as a
