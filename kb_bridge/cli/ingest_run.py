@@ -91,12 +91,14 @@ def _blocks(handle: BinaryIO) -> Iterator[bytes]:
         raise _ReadFailed(exc) from exc
 
 
-def _idempotency_key(step: Step, after: int | None) -> str:
+def _idempotency_key(step: Step, tags: Sequence[str], after: int | None) -> str:
     """The same for every try of one attempt (a rerun after Ctrl-C finds its job), new for a new attempt: the
     documents an attempt replaces are the ones the previous attempt stored, and `after` is the earlier attempt's
-    job the engine answered for the key without it. Without either it is the key older kb-bridges sent, so a run
-    they left unfinished is still continued, not duplicated."""
-    parts = [step.source_path, str(step.sha256), *(str(document_id) for document_id in sorted(step.replaces))]
+    job the engine answered for the key without it. The tags sent (the collection's and the root's among them)
+    are part of it: the engine refuses a key used again with another body, so one folder loaded into two
+    collections, or with other --tags, within the key's 24 hours failed every file."""
+    parts = [step.source_path, str(step.sha256), *(str(document_id) for document_id in sorted(step.replaces)),
+             "tags " + ",".join(tags)]
     if after is not None:
         parts.append(f"after job {after}")
     return IDEMPOTENCY_PREFIX + hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -171,8 +173,9 @@ class Ingestion:
     def _upload(self, step: Step) -> None:
         candidate, sha256 = step.candidate, step.sha256
         assert candidate is not None and sha256 is not None
+        tags = (*self._tags, candidate.root.tag)
         fields = [("title", candidate.path.name), ("source_path", candidate.source_path), ("priority", "bulk"),
-                  *(("tags", tag) for tag in (*self._tags, candidate.root.tag))]
+                  *(("tags", tag) for tag in tags)]
         sent = [0]
 
         def progress(total_sent: int) -> None:
@@ -189,7 +192,7 @@ class Ingestion:
             after: int | None = None
             while True:
                 try:
-                    job = self._client.upload_file_job(body, _idempotency_key(step, after))
+                    job = self._client.upload_file_job(body, _idempotency_key(step, tags, after))
                 except (EngineUnavailable, EngineAuthFailed):
                     raise  # nothing else will get through either
                 except KbError as exc:

@@ -199,3 +199,17 @@ def test_links_out_of_the_folder_are_skipped_and_reported_and_links_inside_follo
     assert "added 0, updated 0, skipped 1 (unchanged), failed 0" in plain.stdout
     assert "skipped link: linked/creds.txt: points outside the folders given" in plain.stdout
     assert len(documents(engine, "linked")) == 1
+
+
+def test_one_folder_loads_into_two_collections(engine: Service, tmp_path: Path) -> None:
+    """The upload's Idempotency-Key names the tags it sends: the engine refuses a key used again with another
+    body, so loading a folder into a second collection within the key's 24 hours failed every file ("already
+    used with a different request body")."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "plan.md").write_text("The heron count moves to the north lake this spring.")
+    for collection, tags in (("twice-a", "x"), ("twice-b", "x")):
+        code, report = ingest_json(engine, str(shared), "--collection", collection, "--tags", tags)
+        assert code == 0 and report["failed"] == 0, report
+    for collection in ("twice-a", "twice-b"):
+        assert [doc["source_path"] for doc in documents(engine, collection)] == ["shared/plan.md"]
