@@ -130,3 +130,19 @@ def test_a_listing_lists_each_document_once_across_instants_shared_by_more_than_
     assert len(ids) == len(set(ids)) and listing.by_time
     paged = [q for q in queries[1:]]
     assert all(("after" in q) == keyed and ("offset" in q) != keyed for q in paged), queries
+
+
+@responses.activate
+def test_ingests_plan_reads_the_collection_after_each_pages_last_key() -> None:
+    """An agent deleting a note while ingest reads what its roots stored made an offset skip a stored file,
+    which the run then uploaded again; the plan pages by key as export does."""
+    from kb_bridge.cli.ingest_files import Root
+    from kb_bridge.cli.ingest_plan import stored_by_engine
+
+    root = Root(path=Path("/tmp/handbook"), prefix="handbook")
+    documents = [{"id": i, "updated_at": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.000Z", "source_path": f"handbook/{i}.md",
+                  "tags": ["collection:h", root.tag], "sha256": "0" * 64} for i in range(1, 1201)]
+    queries = fake_listing(documents)
+    found = stored_by_engine(EngineClient(EngineSettings(url=URL, retry_attempts=1)), "collection:h", [root])
+    assert len(found) == 1200 and len(queries) == 3
+    assert all("offset" not in query for query in queries) and all("after" in query for query in queries[1:])

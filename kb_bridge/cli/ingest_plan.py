@@ -29,6 +29,7 @@ from kb_bridge.cli import ingest_paths
 from kb_bridge.cli.exits import USAGE, Failed
 from kb_bridge.cli.ingest_files import ROOT_TAG, Candidate, Problem, Root
 from kb_bridge.cli.ingest_state import Known
+from kb_bridge.cli.listing import Listing
 from kb_bridge.client.engine import EngineClient
 
 PAGE = 500
@@ -82,17 +83,14 @@ def stored_by_engine(client: EngineClient, collection_tag: str, roots: Sequence[
     pages; ForeignDocuments when a prefix holds another root's."""
     tags = {root.tag for root in roots}
     found: list[Stored] = []
-    offset = 0
-    while True:
-        page = client.list_documents([("tag", collection_tag), ("limit", PAGE), ("offset", offset)])
-        documents: list[dict[str, Any]] = list(page.get("documents") or [])
+    # By key, not offset (cli/listing.py): an agent deleting a note while the plan is read would otherwise make
+    # it miss a stored file, which the run would then upload again.
+    for documents, _total in Listing(client, collection_tag, PAGE).pages():
         for document in documents:
             stored = _stored(document, tags, roots)
             if stored is not None:
                 found.append(stored)
-        offset += len(documents)
-        if not documents or offset >= int(page.get("total") or 0):
-            return found
+    return found
 
 
 def _stored(document: dict[str, Any], tags: set[str], roots: Sequence[Root]) -> Stored | None:

@@ -1,5 +1,6 @@
 """Every document of a listing (GET /api/v1/documents, newest update first), page by page, each once, for
-`kb-bridge export` and `import` (cli/transfer.py), while others change the knowledge base.
+`kb-bridge export` and `import` (cli/transfer.py) and `ingest`'s plan (cli/ingest_plan.py), while others change
+the knowledge base.
 
 Paging by offset loses documents: one deleted among those already listed moves every later one up a place,
 so the next page starts a document too far. Pages here follow the last document's key instead (engine 3.14's
@@ -27,8 +28,8 @@ Page = tuple[list[dict[str, Any]], int | None]  # documents not listed before, a
 class Listing:
     """The documents of one collection (or all), each listed once across every `pages` call."""
 
-    def __init__(self, client: EngineClient, tag: str | None) -> None:
-        self.client, self.tag = client, tag
+    def __init__(self, client: EngineClient, tag: str | None, page_size: int = PAGE) -> None:
+        self.client, self.tag, self.page_size = client, tag, page_size
         self.seen: set[int] = set()
         self.by_time = False  # whether the engine applies time bounds (3.8)
         self.started: str | None = None  # the latest updated_at of the last call's first page
@@ -36,7 +37,7 @@ class Listing:
     def pages(self, updated_after: str | None = None) -> Iterator[Page]:
         """The documents (updated at or after `updated_after`, which needs `by_time`) not listed before,
         page by page."""
-        base: list[tuple[str, Any]] = [("limit", PAGE)] + ([("tag", self.tag)] if self.tag else [])
+        base: list[tuple[str, Any]] = [("limit", self.page_size)] + ([("tag", self.tag)] if self.tag else [])
         if updated_after is not None:
             base.append(("updated_after", updated_after))
         raw = self.client.list_documents(base)
@@ -47,7 +48,7 @@ class Listing:
         self.started = _newest(page) or self.started
         yield self._new(page), total
         offset = len(page)
-        while len(page) == PAGE:
+        while len(page) == self.page_size:
             key = key_of(page[-1]) if keyed else None
             # A document without a key's fields (an engine writing other times) leaves the rest to offsets.
             step = ("after", key.param()) if key is not None else ("offset", offset)
