@@ -5,8 +5,8 @@ under `w:body`) with `paragraph.text` and `paragraph.style.name`, then `document
 directly under `w:body`) row by row with `row.cells` and `cell.text`. python-docx stays in the `test` extra
 as the reference (tests/engine/test_engine_docx_text.py); the engine no longer needs it, nor lxml under it.
 
-The file is an upload, so any file: an archive listing more than MAX_ENTRIES entries is refused before
-zipfile reads the list, a part that would decompress past MAX_PART_BYTES is refused (a zip bomb), a DOCTYPE is refused before its declarations are read (entity expansion; expat never fetches
+The file is an upload, so any file: an archive listing more than MAX_ENTRIES entries, or whose list of
+entries (the central directory) is over MAX_DIRECTORY_BYTES, is refused before zipfile reads the list, a part that would decompress past MAX_PART_BYTES is refused (a zip bomb), a DOCTYPE is refused before its declarations are read (entity expansion; expat never fetches
 external entities), and each part is parsed as it is decompressed, the document handed over one paragraph
 or table row at a time and then dropped, so memory holds one block, not the document's tree (and a block of
 over MAX_OPEN_ELEMENTS elements is refused).
@@ -36,6 +36,15 @@ MAX_GRID_SPAN = 63
 # an upload of nothing but entries (13 million in 600 MiB) would take gigabytes. A DOCX has tens of parts, a
 # few thousand with every image of a long book.
 MAX_ENTRIES = 10_000
+# zipfile reads the central directory by its size in the end record, not by the entry count there: an end
+# record saying 1 entry over a directory of a million (53 MB) took 6 s and 476 MiB before the count was
+# checked. An entry takes 46 bytes and its name (plus extra fields): 10,000 entries of long names stay far
+# below this.
+MAX_DIRECTORY_BYTES = 8 * MiB
+# The most paragraphs and table rows with text the engine keeps of one file: a book of a thousand pages
+# has tens of thousands. Each kept block costs a hundred bytes or more, so a file of nothing but tiny
+# paragraphs (a few bytes each once compressed) is refused here rather than growing to gigabytes.
+MAX_BLOCKS = 1_000_000
 # The most elements a part's tree may hold at once: one paragraph or table row and what is still open around
 # it (each element takes a few hundred bytes). A real paragraph has tens to thousands; without a bound, one
 # paragraph of MAX_PART_BYTES would be a tree of gigabytes.
@@ -64,8 +73,11 @@ class DocxText:
     table_rows: list[list[str]] = dataclasses.field(default_factory=list)
 
 
-def read_docx(path: Path) -> DocxText:
-    """The text of a DOCX file; IngestionError when it is not one or is refused (module docstring)."""
+def read_docx(path: Path, keep_empty: bool = True) -> DocxText:
+    """The text of a DOCX file; IngestionError when it is not one or is refused (module docstring).
+
+    `keep_empty` False leaves out paragraphs and rows without text (the engine's reader, parsers.py, drops
+    them anyway): 22 million empty paragraphs are a 195 KB file and 1.5 GiB of (style, "") pairs."""
     with path.open("rb") as file:
         try:
             # zipfile's own reader of the archive's end record: the count it gives is the one zipfile acts on.
@@ -82,6 +94,10 @@ def read_docx(path: Path) -> DocxText:
         if entries > MAX_ENTRIES:
             raise IngestionError(f"not a DOCX file: its zip archive lists {entries} entries, more than the "
                                  f"{MAX_ENTRIES} a DOCX file could need")
+        directory = end[zipfile._ECD_SIZE]  # type: ignore[attr-defined]
+        if directory > MAX_DIRECTORY_BYTES:
+            raise IngestionError(f"not a DOCX file: its zip archive's list of entries takes {directory} bytes, "
+                                 f"more than the {MAX_DIRECTORY_BYTES // MiB} MiB a DOCX file could need")
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile as exc:
@@ -91,7 +107,7 @@ def read_docx(path: Path) -> DocxText:
         if main not in archive.NameToInfo:
             raise IngestionError(f"not a DOCX file: the zip archive has no {main}")
         styles = _read_styles(archive, _related(archive, main, "styles"))
-        reader = _BodyReader(styles)
+        reader = _BodyReader(styles, keep_empty)
         _parse(archive, main, reader.take)
         return reader.text
 
@@ -161,9 +177,11 @@ def _read_styles(archive: zipfile.ZipFile, part: str | None) -> _Styles:
 class _BodyReader:
     """Takes word/document.xml's elements as they end: the first w:body's paragraphs, and its tables' rows."""
 
-    def __init__(self, styles: _Styles) -> None:
+    def __init__(self, styles: _Styles, keep_empty: bool = True) -> None:
         self.text = DocxText()
         self._styles = styles
+        self._keep_empty = keep_empty
+        self._blocks = 0
         self._chars = 0
         self._body_done = False
         self._table: ET.Element | None = None
@@ -181,8 +199,9 @@ class _BodyReader:
         if depth == 2:
             if element.tag == f"{_W}p":
                 text = self._counted(_paragraph_text(element))
-                style_id = _val(_first(element, "pPr", "pStyle"))
-                self.text.paragraphs.append((self._styles.name_of(style_id), text))
+                if self._kept(text.strip()):
+                    style_id = _val(_first(element, "pPr", "pStyle"))
+                    self.text.paragraphs.append((self._styles.name_of(style_id), text))
             return True
         block = open_elements[2]
         if block.tag == f"{_W}p":
@@ -220,8 +239,18 @@ class _BodyReader:
             offset += span
             for _ in range(cell.shown_span):
                 shown.append(self._counted(cell.text))
-        self.text.table_rows.append(shown)
+        if self._kept(any(cell.strip() for cell in shown)):
+            self.text.table_rows.append(shown)
         return row
+
+    def _kept(self, has_text: bool) -> bool:
+        """Whether to keep a block, counting it against MAX_BLOCKS if so."""
+        if not (has_text or self._keep_empty):
+            return False
+        self._blocks += 1
+        if self._blocks > MAX_BLOCKS:
+            raise IngestionError(f"the DOCX file has over {MAX_BLOCKS:,} paragraphs and table rows, the limit")
+        return True
 
     def _counted(self, text: str) -> str:
         """The text, once it is counted against the limit: merged cells repeat theirs, so a small file could
