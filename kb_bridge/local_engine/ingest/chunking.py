@@ -7,6 +7,10 @@ starts with its section's heading so that it still says what it is about. Prose 
 then sentence, then word boundaries, and consecutive chunks overlap so that a sentence cut at a boundary is
 still found whole in one of them.
 
+Text is walked, never split into lists up front: a list holds an object of some fifty bytes per line,
+paragraph or sentence, so 20 MB of "# a" lines took 1.9 GiB to chunk, and "a" paragraphs 1 GiB. Sections and
+pieces are produced one at a time; memory holds the text, its chunks, and the chunk being built.
+
 The model reads each chunk with its document's title in front (`embedding_input`): a chunk cut from the middle
 of a document often does not say what it is about, and the title does. On SciFact (abstracts of about 1400
 characters, two chunks each) this raised vector nDCG@10 from 0.674 to 0.680 and let the second chunk of an
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from itertools import pairwise
 
 # Formats whose text carries Markdown headings: Markdown itself, notes (agents write Markdown), and the
@@ -27,6 +32,8 @@ _HEADING = re.compile(r"^(#{1,6})[ \t]+\S")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 _BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*")
+# normalise() strips lines this many characters at a time, so that its list of lines stays small.
+_NORMALISE_BLOCK = 64 * 1024
 
 
 # A title longer than this is cut before it goes in front of a chunk, so that it never takes much of the
@@ -53,8 +60,21 @@ class _Piece:
 def normalise(text: str) -> str:
     """Unix newlines, no NULs or trailing spaces, at most one blank line in a row."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = _strip_lines(text)
     return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def _strip_lines(text: str) -> str:
+    """Each line's rstrip(), a block of lines at a time (one list of all lines cost fifty bytes a line)."""
+    blocks: list[str] = []
+    start, end = 0, len(text)
+    while True:
+        stop = text.find("\n", min(start + _NORMALISE_BLOCK, end))
+        stop = end if stop == -1 else stop
+        blocks.append("\n".join(line.rstrip() for line in text[start:stop].split("\n")))
+        if stop == end:
+            return "\n".join(blocks)
+        start = stop + 1
 
 
 def embedding_input(title: str, chunk: str) -> str:
@@ -96,18 +116,47 @@ def _chunk_markdown(text: str, policy: ChunkingPolicy) -> list[str]:
     return chunks
 
 
-def _sections(text: str) -> list[tuple[str, str]]:
-    """(heading line, section text including that line); text before the first heading has heading ''."""
-    sections: list[tuple[str, list[str]]] = [("", [])]
-    in_fence = False
-    for line in text.split("\n"):
+def _sections(text: str) -> Iterator[tuple[str, str]]:
+    """(heading line, section text including that line), the empty ones left out; text before the first
+    heading has heading ''."""
+    heading, begin, in_fence = "", 0, False
+    for start, line in _lines(text):
         if _FENCE.match(line):
             in_fence = not in_fence
         elif not in_fence and _HEADING.match(line):
-            sections.append((line.strip(), []))
-        sections[-1][1].append(line)
-    result = [(heading, "\n".join(lines).strip()) for heading, lines in sections]
-    return [(heading, body) for heading, body in result if body]
+            body = text[begin:start].strip()
+            if body:
+                yield heading, body
+            heading, begin = line.strip(), start
+    body = text[begin:].strip()
+    if body:
+        yield heading, body
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, line) of each line, as text.split("\n") gives them."""
+    start = 0
+    while True:
+        end = text.find("\n", start)
+        if end == -1:
+            yield start, text[start:]
+            return
+        yield start, text[start:end]
+        start = end + 1
+
+
+def _between(text: str, separator: re.Pattern[str] | str) -> Iterator[str]:
+    """The parts of text between separators, as text.split(separator) (or the pattern's split) gives them."""
+    start = 0
+    if isinstance(separator, str):
+        while (end := text.find(separator, start)) != -1:
+            yield text[start:end]
+            start = end + len(separator)
+    else:
+        for match in separator.finditer(text):
+            yield text[start : match.start()]
+            start = match.end()
+    yield text[start:]
 
 
 def _split_section(heading: str, section: str, policy: ChunkingPolicy) -> list[str]:
@@ -143,19 +192,17 @@ def _chunk_prose(text: str, policy: ChunkingPolicy) -> list[str]:
     return chunks
 
 
-def _pieces(text: str, max_chars: int) -> list[_Piece]:
+def _pieces(text: str, max_chars: int) -> Iterator[_Piece]:
     """Paragraphs, or their sentences when a paragraph is too long, or words when a sentence is."""
-    pieces: list[_Piece] = []
-    for number, paragraph in enumerate(p.strip() for p in text.split("\n\n")):
+    for number, paragraph in enumerate(p.strip() for p in _between(text, "\n\n")):
         if not paragraph:
             continue
         if len(paragraph) <= max_chars:
-            pieces.append(_Piece(paragraph, number))
+            yield _Piece(paragraph, number)
             continue
-        for sentence in _SENTENCE_END.split(paragraph):
+        for sentence in _between(paragraph, _SENTENCE_END):
             for part in _hard_split(sentence.strip(), max_chars):
-                pieces.append(_Piece(part, number))
-    return pieces
+                yield _Piece(part, number)
 
 
 def _hard_split(text: str, max_chars: int) -> list[str]:
