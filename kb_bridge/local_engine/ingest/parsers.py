@@ -101,7 +101,7 @@ def _read_pdf(path: Path) -> str:
 
 def _read_docx(path: Path) -> str:
     """The body's paragraphs (Word headings as Markdown ones), then each table row as "cell | cell"."""
-    docx = read_docx(path)
+    docx = read_docx(path, keep_empty=False)
     blocks: list[str] = []
     for style_name, paragraph in docx.paragraphs:
         text = paragraph.strip()
@@ -159,6 +159,15 @@ class _HtmlText(html.parser.HTMLParser):
     def handle_data(self, data: str) -> None:
         if not self._skip_depth:
             self._parts.append(_WHITESPACE.sub(" ", data))
+
+    def parse_marked_section(self, i: int, report: int = 1) -> int:
+        """`<![` not followed by a name (`<![ x`, `<![1`) is a bogus comment up to the next `>`, as browsers
+        read it; the standard library's _markupbase raised AssertionError and failed the whole document."""
+        try:
+            return super().parse_marked_section(i, report)
+        except AssertionError:
+            end = self.rawdata.find(">", i + 3)
+            return -1 if end < 0 else end + 1  # -1: at close, the parser keeps the rest as text
 
     def text(self) -> str:
         lines = (line.strip() for line in "".join(self._parts).split("\n"))
