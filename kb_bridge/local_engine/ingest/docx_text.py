@@ -199,7 +199,7 @@ class _BodyReader:
         if depth == 2:
             if element.tag == f"{_W}p":
                 text = self._counted(_paragraph_text(element))
-                if self._kept(text.strip()):
+                if self._kept(bool(text.strip())):
                     style_id = _val(_first(element, "pPr", "pStyle"))
                     self.text.paragraphs.append((self._styles.name_of(style_id), text))
             return True

@@ -61,7 +61,7 @@ def extract_text(path: Path, doc_type: str) -> str:
         raise IngestionError(f"no parser for file type {doc_type!r}")
     try:
         return parser(path).replace("\x00", "")
-    except IngestionError:
+    except (IngestionError, MemoryError):  # MemoryError: over the reader's memory limit (file_reader.py)
         raise
     except Exception as exc:  # parsers raise many types on malformed files; all mean "unreadable"
         logger.info("could not read %s file %s: %r", doc_type, path.name, exc)
@@ -160,7 +160,7 @@ class _HtmlText(html.parser.HTMLParser):
         if not self._skip_depth:
             self._parts.append(_WHITESPACE.sub(" ", data))
 
-    def parse_marked_section(self, i: int, report: int = 1) -> int:
+    def parse_marked_section(self, i: int, report: bool = True) -> int:
         """`<![` not followed by a name (`<![ x`, `<![1`) is a bogus comment up to the next `>`, as browsers
         read it; the standard library's _markupbase raised AssertionError and failed the whole document."""
         try:
