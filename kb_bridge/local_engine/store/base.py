@@ -28,6 +28,12 @@ Ranking = list[tuple[int, float]]  # (chunk_id, score), best first
 JSON = dict[str, object]
 # `cancelled` (3.10): a queued job taken back by DELETE /api/v1/jobs/{id} before any worker claimed it.
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+# How many times a job found running at a start (its engine stopped without putting it back: a crash, a
+# kill, a lost lease) is run again. A file that ends the engine each time it is read (out of memory) would
+# otherwise be resumed at every start, for ever; past this it fails with RESUME_LIMIT_ERROR.
+MAX_RESUMES = 3
+RESUME_LIMIT_ERROR = (f"the engine stopped while running this job {MAX_RESUMES + 1} times (a crash, a kill or a "
+                      "lost lease each time); it is not run again, in case it is what stops the engine")
 # A job's priority as the API names it. Stored is the job's lane (ingest/scheduling.py: 0 bulk, 1 files,
 # 2 prompt), which claims order by; the API shows every lane above bulk as "interactive".
 PRIORITIES = ("bulk", "interactive")
@@ -274,9 +280,10 @@ class Store(Protocol):
 
     def queue_counts(self) -> dict[str, int]: ...
 
-    def claim_job(self, now: str, priorities: Collection[int] | None = None) -> ClaimedJob | None:
+    def claim_job(self, now: str, priorities: Collection[int] | None = None,
+                  job_type: str | None = None) -> ClaimedJob | None:
         """Mark the next queued job running and return it (the highest priority first, then the oldest), or
-        None when there is none (of the `priorities` asked for; None: any)."""
+        None when there is none (of the `priorities` and `job_type` asked for; None: any)."""
 
     def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
         """Store the jobs' documents in one transaction, and mark the jobs done once search finds them.
@@ -286,10 +293,11 @@ class Store(Protocol):
 
     def requeue_job(self, job_id: int) -> None: ...
 
-    def cancel_job(self, job_id: int, now: str) -> tuple[JSON, str | None]:
+    def cancel_job(self, job_id: int, now: str, running: bool = False) -> tuple[JSON, str | None]:
         """Take back a queued job (status `cancelled`, its payload released): the job, and the staged file it
         no longer needs (None for a note or a job cancelled before). A job already cancelled is answered as
-        it is. NotFound; Conflict once a worker has claimed it."""
+        it is. NotFound; Conflict once a worker has claimed it, unless `running`: this engine's worker has
+        dropped the job (its file's read was killed), so a job it runs is cancelled too."""
 
     # --- documents and tags --------------------------------------------------------------------------------
     def get_document(self, doc_id: int, detail: bool = False) -> JSON:

@@ -113,7 +113,7 @@ class PostgresStore(SqlReads, SqlWrites):
 
     def recover(self, idempotency_not_before: str, now: str) -> tuple[int, set[str]]:
         with self.db.write() as conn:
-            resumed = jobs.requeue_owned(conn, self.replica)
+            resumed, _ = jobs.requeue_owned(conn, self.replica, now)  # those given up are logged there
             jobs.forget_idempotency_keys_before(conn, idempotency_not_before)
             in_use = jobs.staged_paths_in_use(conn)
         return resumed, in_use
@@ -170,9 +170,10 @@ class PostgresStore(SqlReads, SqlWrites):
             (self.uploads_dir / submission.staged_path).unlink(missing_ok=True)
         return job, True
 
-    def claim_job(self, now: str, priorities: Collection[int] | None = None) -> ClaimedJob | None:
+    def claim_job(self, now: str, priorities: Collection[int] | None = None,
+                  job_type: str | None = None) -> ClaimedJob | None:
         with self.db.write() as conn:
-            row = jobs.claim_next(conn, self.replica, self.lease_seconds, now, priorities)
+            row = jobs.claim_next(conn, self.replica, self.lease_seconds, now, priorities, job_type)
         if row is None:
             return None
         self._hold(int(row["id"]), True)
@@ -226,10 +227,12 @@ class PostgresStore(SqlReads, SqlWrites):
             jobs.requeue(conn, job_id, self.replica)
         self._hold(job_id, False)
 
-    def cancel_job(self, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
+    def cancel_job(self, job_id: int, now: str, running: bool = False) -> tuple[dict[str, object], str | None]:
         with self.db.write() as conn:
-            cancelled = jobs.cancel_job(conn, job_id, now)
+            cancelled = jobs.cancel_job(conn, job_id, now, self.replica if running else None)
             note_keys.job_ended(conn, job_id)
+        if running:
+            self._hold(job_id, False)
         return cancelled
 
     # --- chunks and vectors -----------------------------------------------------------------------------------

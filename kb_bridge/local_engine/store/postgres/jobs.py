@@ -11,13 +11,17 @@ first replica wakes up after another took it over.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from ...errors import Conflict, NotFound
-from ..base import JOB_STATUSES, PRIORITIES
+from ..base import JOB_STATUSES, MAX_RESUMES, PRIORITIES, RESUME_LIMIT_ERROR
 from ..job_tags import job_tags, stored_tags
+from . import note_keys
 from .documents import dicts
+
+logger = logging.getLogger(__name__)
 
 _JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority, tags"
 _CLAIMED = "id, type, filename, payload, staged_path, priority"
@@ -87,22 +91,31 @@ def queue_counts(conn: Any) -> dict[str, int]:
 
 
 def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
-               priorities: Collection[int] | None) -> dict[str, Any] | None:
+               priorities: Collection[int] | None, job_type: str | None = None) -> dict[str, Any] | None:
     """Take the next job (call inside a transaction): one whose lease ran out first (its replica is gone),
-    then queued jobs, the highest priority first (of `priorities`, if given), then the oldest. None when
-    there is none."""
-    rows = dicts(
-        conn,
-        f"SELECT {_CLAIMED}, document_id FROM jobs WHERE status = 'running' AND lease_expires < now() "
-        "ORDER BY lease_expires LIMIT 1 FOR UPDATE SKIP LOCKED",
-    )
-    if not rows:
+    then queued jobs, the highest priority first (of `priorities`, if given), then the oldest; of `job_type`
+    only, if given. None when there is none."""
+    of_type, type_params = ("", []) if job_type is None else ("AND type = %s ", [job_type])
+    while True:
+        rows = dicts(
+            conn,
+            f"SELECT {_CLAIMED}, document_id, resumes FROM jobs WHERE status = 'running' AND lease_expires < now() "
+            f"{of_type}ORDER BY lease_expires LIMIT 1 FOR UPDATE SKIP LOCKED",
+            type_params,
+        )
+        if not rows or rows[0]["resumes"] < MAX_RESUMES:
+            break
+        # Resumed MAX_RESUMES times already: the replicas running it keep stopping.
+        _give_up(conn, int(rows[0]["id"]), now)
+    if rows:  # a takeover is a resume
+        conn.execute("UPDATE jobs SET resumes = resumes + 1 WHERE id = %s", (rows[0]["id"],))
+    else:
         among, params = ("", []) if priorities is None else ("AND priority = ANY(%s) ", [list(priorities)])
         rows = dicts(
             conn,
             f"SELECT {_CLAIMED}, document_id FROM jobs WHERE status = 'queued' "
-            f"{among}ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-            params,
+            f"{among}{of_type}ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            [*params, *type_params],
         )
     if not rows:
         return None
@@ -113,6 +126,15 @@ def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
         (now, owner, lease_seconds, row["id"]),
     )
     return row
+
+
+def _give_up(conn: Any, job_id: int, now: str) -> None:
+    """Fail a job resumed MAX_RESUMES times, whichever replica held it last."""
+    conn.execute("UPDATE jobs SET status = 'failed', error = %s, finished_at = %s, payload = NULL, staged_path = NULL, "
+                 "lease_owner = NULL, lease_expires = NULL WHERE id = %s", (RESUME_LIMIT_ERROR, now, job_id))
+    conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
+    note_keys.job_ended(conn, job_id)
+    logger.warning("job %d failed: %s", job_id, RESUME_LIMIT_ERROR)
 
 
 def renew_leases(conn: Any, owner: str, job_ids: Sequence[int], lease_seconds: float) -> set[int]:
@@ -150,16 +172,19 @@ def fail_job(conn: Any, job_id: int, owner: str, error: str, now: str) -> None:
         conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
 
 
-def cancel_job(conn: Any, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
-    """Only a queued job is cancelled; the row lock (FOR UPDATE) orders it against a replica's claim."""
-    rows = conn.execute("SELECT staged_path FROM jobs WHERE id = %s AND status = 'queued' FOR UPDATE", (job_id,)).fetchall()
+def cancel_job(conn: Any, job_id: int, now: str, running_owner: str | None = None) -> tuple[dict[str, object], str | None]:
+    """Only a queued job is cancelled, and a running one this replica (`running_owner`) holds and has dropped
+    (Store.cancel_job); the row lock (FOR UPDATE) orders it against a replica's claim."""
+    rows = conn.execute("SELECT staged_path FROM jobs WHERE id = %s AND (status = 'queued' OR (status = 'running' "
+                        "AND lease_owner = %s)) FOR UPDATE", (job_id, running_owner)).fetchall()
     if rows:
-        conn.execute("UPDATE jobs SET status = 'cancelled', finished_at = %s, payload = NULL, staged_path = NULL "
-                     "WHERE id = %s", (now, job_id))
+        conn.execute("UPDATE jobs SET status = 'cancelled', finished_at = %s, payload = NULL, staged_path = NULL, "
+                     "lease_owner = NULL, lease_expires = NULL WHERE id = %s", (now, job_id))
         conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
     job = get_job(conn, job_id)
     if job["status"] != "cancelled":
-        raise Conflict(f"job {job_id} is {job['status']}: only a queued job can be cancelled")
+        raise Conflict(f"job {job_id} is {job['status']}: only a queued job, or a running one whose file is "
+                       "still being read, can be cancelled")
     return job, str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
@@ -168,10 +193,18 @@ def requeue(conn: Any, job_id: int, owner: str) -> None:
                  "WHERE id = %s AND status = 'running' AND lease_owner = %s", (job_id, owner))
 
 
-def requeue_owned(conn: Any, owner: str) -> int:
-    """At start: this replica's jobs from before a crash go back to the queue at once (not after the lease)."""
-    return int(conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, lease_owner = NULL, "
-                            "lease_expires = NULL WHERE status = 'running' AND lease_owner = %s", (owner,)).rowcount)
+def requeue_owned(conn: Any, owner: str, now: str) -> tuple[int, list[int]]:
+    """At start: this replica's jobs from before a crash go back to the queue at once (not after the lease),
+    each at most MAX_RESUMES times: (jobs requeued, ids of those failed instead)."""
+    conn.execute("UPDATE jobs SET resumes = resumes + 1 WHERE status = 'running' AND lease_owner = %s", (owner,))
+    given_up = [int(row[0]) for row in conn.execute(
+        "SELECT id FROM jobs WHERE status = 'running' AND lease_owner = %s AND resumes > %s", (owner, MAX_RESUMES))]
+    for job_id in given_up:
+        _give_up(conn, job_id, now)
+    requeued = int(conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, lease_owner = NULL, "
+                                "lease_expires = NULL WHERE status = 'running' AND lease_owner = %s",
+                                (owner,)).rowcount)
+    return requeued, given_up
 
 
 def staged_paths_in_use(conn: Any) -> set[str]:

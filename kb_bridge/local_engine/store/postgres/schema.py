@@ -199,6 +199,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         "UPDATE index_log_head SET seq = seq + 1 WHERE EXISTS (SELECT 1 FROM index_log WHERE seq IS NULL)",
         "UPDATE index_log SET seq = (SELECT seq FROM index_log_head) WHERE seq IS NULL",
     )),
+    Migration(9, "how many times a job was resumed after its engine stopped or its lease ran out "
+                 "(store/base.py, MAX_RESUMES)", (
+        "ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import (
     JSON,
+    RESUME_LIMIT_ERROR,
     duplicate_answer,
     ClaimedJob,
     DocumentFilter,
@@ -75,11 +76,15 @@ class SqliteStore(SqlReads, SqlWrites):
     def recover(self, idempotency_not_before: str, now: str) -> tuple[int, set[str]]:
         with self.db.write() as conn:
             finished = jobs.finish_stored(conn, now)
-            resumed = jobs.requeue_running(conn)
+            resumed, given_up = jobs.requeue_running(conn, now)
+            for job_id in given_up:
+                note_keys.job_ended(conn, job_id)
             jobs.forget_idempotency_keys_before(conn, idempotency_not_before)
             in_use = jobs.staged_paths_in_use(conn)
         if finished:
             logger.info("%d job(s) had stored their document when the engine stopped: marked done", finished)
+        if given_up:
+            logger.warning("job(s) %s failed: %s", given_up, RESUME_LIMIT_ERROR)
         return resumed, in_use
 
     # --- jobs -------------------------------------------------------------------------------------------------
@@ -105,9 +110,10 @@ class SqliteStore(SqlReads, SqlWrites):
                                               str(job["created_at"]))
         return job, True
 
-    def claim_job(self, now: str, priorities: Collection[int] | None = None) -> ClaimedJob | None:
+    def claim_job(self, now: str, priorities: Collection[int] | None = None,
+                  job_type: str | None = None) -> ClaimedJob | None:
         with self.db.write() as conn:
-            row = jobs.claim_next(conn, now, priorities)
+            row = jobs.claim_next(conn, now, priorities, job_type)
         if row is None:
             return None
         payload: dict[str, Any] = json.loads(row["payload"] or "{}")
@@ -145,9 +151,9 @@ class SqliteStore(SqlReads, SqlWrites):
         with self.db.write() as conn:
             jobs.requeue(conn, job_id)
 
-    def cancel_job(self, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
+    def cancel_job(self, job_id: int, now: str, running: bool = False) -> tuple[dict[str, object], str | None]:
         with self.db.write() as conn:
-            cancelled = jobs.cancel_job(conn, job_id, now)
+            cancelled = jobs.cancel_job(conn, job_id, now, running)
             note_keys.job_ended(conn, job_id)
         return cancelled
 

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from ...errors import Conflict, NotFound
-from ..base import JOB_STATUSES, PRIORITIES
+from ..base import JOB_STATUSES, MAX_RESUMES, PRIORITIES, RESUME_LIMIT_ERROR
 from ..job_tags import job_tags, stored_tags
 
 _JOB_COLUMNS = "id, type, status, document_id, filename, error, created_at, started_at, finished_at, priority, tags"
@@ -74,13 +74,15 @@ def queue_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return counts
 
 
-def claim_next(conn: sqlite3.Connection, now: str, priorities: Collection[int] | None = None) -> sqlite3.Row | None:
+def claim_next(conn: sqlite3.Connection, now: str, priorities: Collection[int] | None = None,
+               job_type: str | None = None) -> sqlite3.Row | None:
     """Mark the next queued job running and return it (call inside a write transaction): the highest
-    priority first (of `priorities`, if given), then the oldest."""
+    priority first (of `priorities`, if given; of `job_type`, if given), then the oldest."""
     among = "" if priorities is None else f"AND priority IN ({', '.join(str(int(p)) for p in priorities) or 'NULL'}) "
+    of_type, params = ("", ()) if job_type is None else ("AND type = ? ", (job_type,))
     row = conn.execute(
         "SELECT id, type, filename, payload, staged_path, priority FROM jobs WHERE status = 'queued' "
-        f"{among}ORDER BY priority DESC, id LIMIT 1"
+        f"{among}{of_type}ORDER BY priority DESC, id LIMIT 1", params
     ).fetchone()
     if row is not None:
         conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ?", (now, row["id"]))
@@ -118,18 +120,20 @@ def fail_job(conn: sqlite3.Connection, job_id: int, error: str, now: str) -> Non
     )
 
 
-def cancel_job(conn: sqlite3.Connection, job_id: int, now: str) -> tuple[dict[str, object], str | None]:
+def cancel_job(conn: sqlite3.Connection, job_id: int, now: str, running: bool = False) -> tuple[dict[str, object], str | None]:
     """Inside one write transaction (SQLite's single writer orders it against a claim): only a queued job is
-    cancelled."""
-    row = conn.execute("SELECT staged_path FROM jobs WHERE id = ? AND status = 'queued'", (job_id,)).fetchone()
+    cancelled, and a running one when `running` (the worker dropped it: Store.cancel_job)."""
+    statuses = "('queued', 'running')" if running else "('queued')"
+    row = conn.execute(f"SELECT staged_path FROM jobs WHERE id = ? AND status IN {statuses}", (job_id,)).fetchone()
     conn.execute(
         "UPDATE jobs SET status = 'cancelled', finished_at = ?, payload = NULL, staged_path = NULL "
-        "WHERE id = ? AND status = 'queued'",
+        f"WHERE id = ? AND status IN {statuses}",
         (now, job_id),
     )
     job = get_job(conn, job_id)
     if job["status"] != "cancelled":
-        raise Conflict(f"job {job_id} is {job['status']}: only a queued job can be cancelled")
+        raise Conflict(f"job {job_id} is {job['status']}: only a queued job, or a running one whose file is "
+                       "still being read, can be cancelled")
     return job, row[0] if row is not None else None
 
 
@@ -142,9 +146,16 @@ def requeue(conn: sqlite3.Connection, job_id: int) -> None:
     conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE id = ? AND status = 'running'", (job_id,))
 
 
-def requeue_running(conn: sqlite3.Connection) -> int:
-    """Put jobs that a stopped engine left `running` back in the queue; they run again from the start."""
-    return conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE status = 'running'").rowcount
+def requeue_running(conn: sqlite3.Connection, now: str) -> tuple[int, list[int]]:
+    """Put jobs that a stopped engine left `running` back in the queue (they run again from the start), each
+    at most MAX_RESUMES times: (jobs requeued, ids of those failed instead)."""
+    conn.execute("UPDATE jobs SET resumes = resumes + 1 WHERE status = 'running'")
+    given_up = [int(row[0]) for row in conn.execute(
+        "SELECT id FROM jobs WHERE status = 'running' AND resumes > ?", (MAX_RESUMES,))]
+    for job_id in given_up:
+        fail_job(conn, job_id, RESUME_LIMIT_ERROR, now)
+    requeued = conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE status = 'running'").rowcount
+    return requeued, given_up
 
 
 def staged_paths_in_use(conn: sqlite3.Connection) -> set[str]:

@@ -226,6 +226,11 @@ MIGRATIONS: tuple[Migration, ...] = (
               for table, column in (("documents", "created_at"), ("documents", "updated_at"),
                                     ("document_versions", "updated_at"))),
     ),
+    Migration(
+        11,
+        "how many times a job was resumed after its engine stopped (store/base.py, MAX_RESUMES)",
+        ("ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
