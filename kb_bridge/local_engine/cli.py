@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="re-embed every stored chunk with the model in this engine's number format, then "
                              "exit instead of serving (the engine asks for it at start when stored vectors were "
                              "made in a format too far from its own); an interrupted run continues where it stopped")
+    parser.add_argument("--parse-timeout", type=float, metavar="SECONDS",
+                        help="seconds reading one uploaded file into text may take before its job fails "
+                             "(env KB_ENGINE_PARSE_TIMEOUT; default: 120)")
+    parser.add_argument("--parse-memory", type=int, metavar="MIB",
+                        help="memory reading one uploaded file may use, in MiB, before its job fails "
+                             "(env KB_ENGINE_PARSE_MEMORY; default: 1024)")
     parser.add_argument("--allow-no-auth", action="store_true",
                         help="allow a non-loopback --bind without KB_API_KEY (trusted networks only)")
     parser.add_argument("--access-log", action="store_true", help="log every request to stderr")
@@ -95,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     overrides: dict[str, object] = {"data_dir": args.data, "threads": args.threads, "device": args.device,
-                                    "database_url": args.database_url, "bind": args.bind}
+                                    "database_url": args.database_url, "bind": args.bind,
+                                    "parse_timeout": args.parse_timeout, "parse_memory": args.parse_memory}
     if args.no_embeddings:
         overrides["embedder"] = "none"
     for flag in ("wait_for_model", "allow_no_auth", "access_log"):

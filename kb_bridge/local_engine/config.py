@@ -63,6 +63,12 @@ class EngineConfig:
     document_precision: str = "auto"
     max_upload_bytes: int = 600 * MiB
     max_json_bytes: int = 32 * MiB
+    # Reading an uploaded file into text (ingest/file_reader.py) runs in a child process that is killed past
+    # this many seconds, its address space capped at this many MiB; the job then fails saying which limit.
+    # Far above what real files take (a 20 MB Markdown file reads in a fraction of a second, a DOCX of
+    # 20 million empty paragraphs in about 30 s) and below what a pathological one would (minutes to hours).
+    parse_timeout: float = 120.0
+    parse_memory: int = 1024
     chunk_chars: int = 1000
     chunk_overlap: int = 150
     # Chunks per model call; several jobs' chunks share a call (ingest/worker.py). 16, among the fastest in
@@ -212,6 +218,8 @@ def _read(env: Env) -> dict[str, Any]:
         "document_precision": _choice(env, "KB_ENGINE_DOCUMENT_PRECISION", d.document_precision),
         "max_upload_bytes": env.integer("KB_ENGINE_MAX_UPLOAD_BYTES", d.max_upload_bytes, 1, 1 << 40),
         "max_json_bytes": env.integer("KB_ENGINE_MAX_JSON_BYTES", d.max_json_bytes, 1024, 1 << 32),
+        "parse_timeout": env.number("KB_ENGINE_PARSE_TIMEOUT", d.parse_timeout, low=0.1, high=86_400.0),
+        "parse_memory": env.integer("KB_ENGINE_PARSE_MEMORY", d.parse_memory, 128, 1 << 20),
         "chunk_chars": env.integer("KB_ENGINE_CHUNK_CHARS", d.chunk_chars, 200, 100_000),
         "chunk_overlap": env.integer("KB_ENGINE_CHUNK_OVERLAP", d.chunk_overlap, 0, 50_000),
         "embed_batch_size": env.integer("KB_ENGINE_EMBED_BATCH", d.embed_batch_size, 1, 4096),
@@ -292,5 +300,11 @@ def validate(config: EngineConfig) -> None:
         raise ConfigError(f"--threads (KB_ENGINE_THREADS) must be between 1 and 256, got {config.threads}")
     if config.database_url is not None:
         database_url.check(config.database_url, "KB_ENGINE_DATABASE_URL (--database-url)")
+    if not 0.1 <= config.parse_timeout <= 86_400:
+        raise ConfigError(f"--parse-timeout (KB_ENGINE_PARSE_TIMEOUT) must be between 0.1 and 86400 seconds, "
+                          f"got {config.parse_timeout:g}")
+    if not 128 <= config.parse_memory <= 1 << 20:
+        raise ConfigError(f"--parse-memory (KB_ENGINE_PARSE_MEMORY) must be between 128 and 1048576 MiB, "
+                          f"got {config.parse_memory}")
     if config.chunk_overlap >= config.chunk_chars // 2:
         raise ConfigError("KB_ENGINE_CHUNK_OVERLAP must be less than half of KB_ENGINE_CHUNK_CHARS")

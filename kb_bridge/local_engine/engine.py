@@ -20,6 +20,7 @@ from .ingest.chunking import EMBEDDING_INPUT, ChunkingPolicy
 from .ingest.indexing import Indexer
 from .ingest.staging import Staging
 from .ingest.submissions import Intake
+from .ingest.file_reader import FileReader
 from .ingest.worker import IngestionWorker
 from .search.searcher import Searcher
 from .store.backends import open_store
@@ -40,8 +41,10 @@ class Engine:
             self.store, self.embedders, ChunkingPolicy(max_chars=config.chunk_chars, overlap=config.chunk_overlap),
             config.embed_batch_size,
         )
-        self.worker = IngestionWorker(self.store, self.embedders, self.indexer, self.staging)
-        self.intake = Intake(self.store, self.staging, self.worker.notify, config.idempotency_ttl_seconds)
+        reader = FileReader(config.parse_timeout, config.parse_memory)
+        self.worker = IngestionWorker(self.store, self.embedders, self.indexer, self.staging, reader)
+        self.intake = Intake(self.store, self.staging, self.worker.notify, config.idempotency_ttl_seconds,
+                             self.worker.cancel_reading)
         self.searcher = Searcher(self.store, self.embedders, config)
         self._lock_file: IO[str] | None = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import IngestionError
@@ -15,8 +16,10 @@ def staged_path(job: ClaimedJob, directory: Path) -> Path | None:
     return directory / job.staged_path if job.staged_path else None
 
 
-def read_job(job: ClaimedJob, staging_dir: Path) -> NewDocument:
-    """The document a job describes; IngestionError (the job fails alone) if its file cannot be read."""
+def read_job(job: ClaimedJob, staging_dir: Path,
+             extract: Callable[[Path, str], str] = parsers.extract_text) -> NewDocument:
+    """The document a job describes; IngestionError (the job fails alone) if its file cannot be read.
+    `extract` reads a file into text (the worker's: in a child process with limits, ingest/file_reader.py)."""
     payload = job.payload
     tags = tuple(payload.get("tags") or ())
     if job.type == "note":
@@ -43,7 +46,7 @@ def read_job(job: ClaimedJob, staging_dir: Path) -> NewDocument:
         source_path=payload.get("source_path") or f"uploads/{filename}",
         size_bytes=int(payload["size"]),
         sha256=str(payload["sha256"]),
-        content=parsers.extract_text(path, payload["doc_type"]),
+        content=extract(path, payload["doc_type"]),
         tags=tags,
         created_at=payload.get("created_at"),
         updated_at=payload.get("updated_at"),

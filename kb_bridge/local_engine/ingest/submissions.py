@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import now_iso, seconds_ago_iso
+from ..errors import Conflict
 from ..store.base import JSON, Idempotency, NoteKey, Store, Submission, note_text_key
 from .scheduling import Submitters, lane_of
 from .staging import HashingFile, Staging
@@ -27,10 +28,12 @@ def body_digest(fields: dict[str, Any]) -> str:
 class Intake:
     """Where new work enters: notes and uploaded files become queued jobs."""
 
-    def __init__(self, store: Store, staging: Staging, on_queued: Callable[[], None], idempotency_ttl_seconds: int) -> None:
+    def __init__(self, store: Store, staging: Staging, on_queued: Callable[[], None], idempotency_ttl_seconds: int,
+                 cancel_reading: Callable[[int], bool] = lambda job_id: False) -> None:
         self._store = store
         self._staging = staging
         self._on_queued = on_queued
+        self._cancel_reading = cancel_reading
         self._ttl = idempotency_ttl_seconds
         self._submitters = Submitters()
 
@@ -73,8 +76,16 @@ class Intake:
         return job, created
 
     def cancel(self, job_id: int) -> JSON:
-        """Take back a queued job (3.10) and remove the file it had staged; Conflict once it was claimed."""
-        job, staged = self._store.cancel_job(job_id, now_iso())
+        """Take back a queued job (3.10), or a running one whose file the worker is reading (its read is
+        killed), and remove the file it had staged; Conflict for a job past reading or ended."""
+        try:
+            job, staged = self._store.cancel_job(job_id, now_iso())
+        except Conflict:
+            # Past reading, a job's chunks are in the model's windows and its document may be committing:
+            # cancelling it there would race the store thread, so it stays 409 (docs/engine-api.md).
+            if not self._cancel_reading(job_id):
+                raise
+            job, staged = self._store.cancel_job(job_id, now_iso(), running=True)
         if staged is not None:
             self._staging.remove(self._staging.directory / staged)
         return job

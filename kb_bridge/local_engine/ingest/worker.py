@@ -1,13 +1,19 @@
 """The ingestion worker: queued jobs in, stored and searchable documents out, at the speed of the model.
 
-Three threads, each doing one kind of work, so that the model is never idle waiting for the other two:
+Four threads, each doing one kind of work, so that the model is never idle waiting for the others:
 
-    prepare ──(chunks to embed)──► embed ──(finished jobs)──► store
+    prepare (notes) ──┐
+                      ├─(chunks to embed)──► embed ──(finished jobs)──► store
+    files ────────────┘
 
-- **prepare** (`kb-engine-prepare`) claims jobs, prompt ones first (lanes: ingest/scheduling.py), reads and
-  parses their files, chunks the text and reuses stored vectors of chunks already embedded. Each lane stays
-  at most `_ahead_limit` chunks ahead of the model, except prompt work (notes), which it always takes; so
-  a flood in one lane still leaves room to claim the others. A file that cannot be read fails its job alone.
+- **prepare** (`kb-engine-prepare`) and **files** (`kb-engine-files`) claim jobs, prompt ones first (lanes:
+  ingest/scheduling.py): prepare claims notes, files claims uploads and reads each in a child process with a
+  time and a memory limit (ingest/file_reader.py). Notes need no reading, so they never wait behind a file
+  (a pathological one could take up to KB_ENGINE_PARSE_TIMEOUT). Both chunk the text and reuse stored vectors
+  of chunks already embedded. Each lane stays at most `_ahead_limit` chunks ahead of the model, except
+  prompt work, which is always taken; so a flood in one lane still leaves room to claim the others. A file
+  that cannot be read, or is over a limit, fails its job alone; a job cancelled while its file is read
+  (`cancel_reading`) has the read killed.
 - **embed** (`kb-engine-ingest`) fills a window of `WINDOW_BATCHES` model calls with chunks from as many
   jobs as it takes, the lanes sharing the window (scheduling.window_shares), puts prompt work in the first
   calls and sorts the rest by length (each call pads to its longest text, so neighbours in length waste
@@ -28,6 +34,7 @@ ready and the queue is empty, chunks stored without a vector (by an engine witho
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import mimetypes
 import queue
@@ -44,6 +51,7 @@ from ..errors import IngestionError, StoreUnavailable
 from ..store.base import ClaimedJob, FinishedJob, NewDocument, Original, PreparedChunks, Store
 from . import scheduling
 from .chunking import embedding_input
+from .file_reader import FileReader, ReadAborted
 from .indexing import Indexer
 from .reading import read_job, staged_path
 from .staging import Staging
@@ -80,6 +88,7 @@ class _Work:
     left: int = 0  # rows of `missing` not embedded yet
     counted: bool = False  # `left` is set: progress() may report
     failed: bool = False
+    cancelled: bool = False  # cancelled while its file was read: dropped, the job is the canceller's
 
     @property
     def lane(self) -> int:
@@ -160,12 +169,17 @@ class _Ahead:
 
 
 class IngestionWorker:
-    def __init__(self, store: Store, embedders: EmbedderSlot, indexer: Indexer, staging: Staging) -> None:
+    def __init__(self, store: Store, embedders: EmbedderSlot, indexer: Indexer, staging: Staging,
+                 reader: FileReader) -> None:
         self._store = store
         self._embedders = embedders
         self._indexer = indexer
         self._staging = staging
-        self._wake = threading.Event()
+        self._reader = reader
+        self._reading: _Work | None = None  # the job whose file the reader is reading
+        self._reading_lock = threading.Lock()
+        # One per claiming thread: each clears its own before it looks at the queue.
+        self._wakes = {"note": threading.Event(), "file": threading.Event()}
         self._stop = threading.Event()
         self._ahead = _Ahead()
         self._finished: queue.Queue[_Work | None] = queue.Queue()  # None: the last item, at stop
@@ -184,21 +198,35 @@ class IngestionWorker:
 
     def start(self) -> None:
         # The store thread last: stop() stops the others first, then lets it write what they finished.
-        for name, target in (("kb-engine-prepare", self._prepare_loop), ("kb-engine-ingest", self._embed_loop),
-                             ("kb-engine-store", self._store_loop)):
+        for name, target in (("kb-engine-prepare", functools.partial(self._prepare_loop, "note")),
+                             ("kb-engine-files", functools.partial(self._prepare_loop, "file")),
+                             ("kb-engine-ingest", self._embed_loop), ("kb-engine-store", self._store_loop)):
             thread = threading.Thread(target=self._guard(target), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
     def notify(self) -> None:
         """A job was queued (or the model became ready): look now rather than at the next poll."""
-        self._wake.set()
+        for wake in self._wakes.values():
+            wake.set()
+
+    def cancel_reading(self, job_id: int) -> bool:
+        """Kill the read of this job's file, if the reader is reading it; True if so. The job is then the
+        caller's to mark cancelled (Intake.cancel): the worker drops it."""
+        with self._reading_lock:
+            work = self._reading
+            if work is None or work.job.id != job_id:
+                return False
+            work.cancelled = True
+            self._reader.abort()
+        return True
 
     def stop(self, timeout: float) -> bool:
         """Stop after the current model call and write; put unfinished jobs back in the queue. True if the
         threads stopped within `timeout`."""
         self._stop.set()
-        self._wake.set()
+        self.notify()
+        self._reader.close()  # a file being read is not waited for: its job goes back to the queue
         self._ahead.close()
         for thread in self._threads[:-1]:  # prepare and embed first: they feed the store thread
             thread.join(timeout / len(self._threads))
@@ -225,20 +253,22 @@ class IngestionWorker:
 
     # --- prepare -----------------------------------------------------------------------------------------------
 
-    def _prepare_loop(self) -> None:
+    def _prepare_loop(self, job_type: str) -> None:
+        """Claim and prepare jobs of this type (notes, or files) until stopped."""
+        wake = self._wakes[job_type]
         while not self._stop.is_set():
             # While the model loads, jobs wait, so that documents get their vectors when they are written.
             if not self._embedders.wait(_TICK):
                 continue
-            self._wake.clear()
+            wake.clear()
             lanes = scheduling.lanes_to_claim(self._ahead.chunks, self._ahead_limit)
             full = len(lanes) < len(scheduling.LANES)
             with self._embedders.steady() as settled:
                 if not settled:  # a load began after the wait above: the jobs wait for it
                     continue
-                job = self._store.claim_job(now_iso(), lanes if full else None)
+                job = self._store.claim_job(now_iso(), lanes if full else None, job_type)
             if job is None:
-                self._wake.wait(_TICK if full else IDLE_POLL_SECONDS)
+                wake.wait(_TICK if full else IDLE_POLL_SECONDS)
                 continue
             self._prepare(job)
 
@@ -248,7 +278,9 @@ class IngestionWorker:
             self._in_flight[job.id] = work
         logger.info("job %d (%s, %s) started", job.id, job.type, scheduling.LANE_NAMES[work.lane])
         try:
-            work.document = read_job(job, self._staging.directory)
+            work.document = self._read(work)
+            if work.document is None:
+                return
             work.texts = self._indexer.chunk(work.document.content, work.document.doc_type)
             embedder = self._embedders.current()
             if embedder is not None:
@@ -268,6 +300,35 @@ class IngestionWorker:
         else:
             self._finished.put(work)
 
+    def _read(self, work: _Work) -> NewDocument | None:
+        """The job's document, its file read by the reader; None when the read was stopped: by a cancel
+        (the job is dropped) or by stop() (it stays in flight, to be requeued)."""
+        if work.job.type != "file":
+            return read_job(work.job, self._staging.directory)
+        with self._reading_lock:
+            self._reading = work
+        document: NewDocument | None = None
+        error: IngestionError | None = None
+        try:
+            document = read_job(work.job, self._staging.directory, self._reader.read)
+        except ReadAborted:
+            pass
+        except IngestionError as exc:
+            error = exc
+        finally:
+            with self._reading_lock:
+                self._reading = None
+        if work.cancelled:  # also when the read had just ended: cancel_reading answered True
+            logger.info("job %d cancelled while its file was read", work.job.id)
+            self._release(work)
+            return None
+        if error is not None:
+            raise error
+        if document is None and not self._stop.is_set():  # not ours to stop: back to the queue
+            self._release(work)
+            self._store.requeue_job(work.job.id)
+        return document
+
     # --- embed -------------------------------------------------------------------------------------------------
 
     def _embed_loop(self) -> None:
@@ -277,7 +338,7 @@ class IngestionWorker:
                 self._stop.wait(_TICK)
                 continue
             taken = self._ahead.take(self._window, _TICK)
-            self._wake.set()  # room ahead: the prepare thread may claim more
+            self.notify()  # room ahead: the claiming threads may claim more
             if taken:
                 self._embed(embedder, taken)
             elif not self._backfill(embedder):
