@@ -1,6 +1,7 @@
 """A file is read in a child process with a time and a memory limit (ingest/file_reader.py): a pathological
 one fails its job saying which limit (and the setting), a note sent meanwhile does not wait for it, a job can
-be cancelled while its file is read.
+be cancelled while its file is read, and a job left running by stopped engines is resumed at most
+MAX_RESUMES times (store/base.py).
 
 The slow file is a PDF whose pages all share one content stream: pypdf parses it again for every page, so
 these 40 KB take about 0.3 s a page, 100 s (the reviewer's pdf_shared.py). Tests that wait for it to be stopped set a small
@@ -11,10 +12,15 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import flask
 import pytest
 
+from kb_bridge.local_engine.clock import now_iso, seconds_ago_iso
+from kb_bridge.local_engine.config import EngineConfig
+from kb_bridge.local_engine.store.backends import open_store
+from kb_bridge.local_engine.store.base import MAX_RESUMES, Store, Submission
 from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
 
 pytestmark = pytest.mark.both_stores
@@ -100,3 +106,35 @@ def test_a_file_over_the_memory_limit_fails_naming_it_and_the_engine_goes_on(
     assert job["error"] == "reading the file needed more memory than the limit of 128 MiB (KB_ENGINE_PARSE_MEMORY)"
     after = wait_job(client, upload(client, "small.txt", b"a small file").json["id"])
     assert after["status"] == "done", after
+
+
+def test_a_job_left_running_is_resumed_at_most_max_resumes_times(tmp_path: Path, database_url: str | None) -> None:
+    """Each stop below is a crash as the next start sees it: the store closed with the job still running."""
+    config = EngineConfig(data_dir=tmp_path / "data", database_url=database_url)
+    config.data_dir.mkdir(parents=True)
+
+    def started() -> tuple[Store, int]:
+        store = open_store(config)
+        store.open()
+        resumed, _ = store.recover(seconds_ago_iso(3600), now_iso())
+        return store, resumed
+
+    store, _ = started()
+    job, _ = store.submit(Submission("note", {"text": "ends the engine"}, priority=2), None, now_iso())
+    for _ in range(MAX_RESUMES):
+        claimed = store.claim_job(now_iso())
+        assert claimed is not None and claimed.id == job["id"]
+        store.close()
+        store, resumed = started()
+        assert resumed == 1 and store.get_job(job["id"])["status"] == "queued"
+    assert store.claim_job(now_iso()) is not None
+    store.close()
+    store, resumed = started()
+    try:
+        assert resumed == 0
+        failed = store.get_job(job["id"])
+        assert failed["status"] == "failed" and failed["finished_at"]
+        assert failed["error"].startswith(f"the engine stopped while running this job {MAX_RESUMES + 1} times")
+        assert store.claim_job(now_iso()) is None
+    finally:
+        store.close()
