@@ -66,7 +66,7 @@ class EngineConfig:
     # Reading an uploaded file into text (ingest/file_reader.py) runs in a child process that is killed past
     # this many seconds, its address space capped at this many MiB; the job then fails saying which limit.
     # Far above what real files take (a 20 MB Markdown file reads in a fraction of a second, a DOCX of
-    # 20 million empty paragraphs in about 30 s) and below what a pathological one would (minutes to hours).
+    # 22 million empty paragraphs in 40 s on 2 busy cores) and below what a pathological one would (minutes to hours).
     parse_timeout: float = 120.0
     parse_memory: int = 1024
     chunk_chars: int = 1000
