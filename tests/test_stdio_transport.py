@@ -5,6 +5,7 @@ tests/e2e/test_stdio_lifecycle.py."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 
@@ -34,14 +35,17 @@ def pipes() -> Iterator[tuple[Wire, int, int]]:
             pass
 
 
-async def test_the_end_of_stdin_waits_for_an_answer_still_owed(pipes: tuple[Wire, int, int]) -> None:
+async def test_the_end_of_stdin_waits_for_an_answer_still_owed(pipes: tuple[Wire, int, int],
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     wire, client_in, client_out = pipes
     os.write(client_in, PING)
     os.close(client_in)
+    caplog.set_level(logging.INFO, logger="kb_bridge.protocol.stdio_transport")
     with anyio.fail_after(20):
         async with stdio_transport(wire, drain_seconds=60) as (read_stream, write_stream):
             request = await read_stream.receive()
-            await anyio.sleep(0.5)  # stdin has ended by now; the stream stays open for the answer
+            while not any(r.getMessage().startswith("stdin closed") for r in caplog.records):
+                await anyio.sleep(0.01)  # polled (within fail_after) until the transport has met the end of stdin
             await write_stream.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
             started = anyio.current_time()
             rest = [message async for message in read_stream]  # ends once the answer is out, not at 60 s
