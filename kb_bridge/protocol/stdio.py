@@ -24,7 +24,8 @@ ANSWER_SLACK = 5.0
 async def serve_stdio(settings: Settings) -> None:
     server = build_server(Bridge(settings))
     with stdio_wire.claimed() as wire:
-        async with stdio_transport(wire, settings.longest_tool_call() + ANSWER_SLACK) as (read_stream, write_stream):
+        drain = settings.longest_tool_call() + ANSWER_SLACK
+        async with stdio_transport(wire, drain, settings.mcp.max_body_bytes) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -26,7 +26,7 @@ import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import JSONRPCRequest
+from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError, JSONRPCRequest
 
 from kb_bridge.protocol import stdio_wire
 from kb_bridge.protocol.stdio_answers import Answers, Outstanding
@@ -44,12 +44,12 @@ class StdoutClosed(Exception):
 
 
 @asynccontextmanager
-async def stdio_transport(wire: stdio_wire.Wire, drain_seconds: float
+async def stdio_transport(wire: stdio_wire.Wire, drain_seconds: float, max_line_bytes: int
                           ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage], Answers]]:
     """The (read, write) streams the MCP server runs on; StdoutClosed once it has stopped, if that is why."""
     token = anyio.lowlevel.current_token()
     outstanding = Outstanding()
-    lines_in, lines = anyio.create_memory_object_stream[bytes]()
+    lines_in, lines = anyio.create_memory_object_stream[bytes | None]()
     inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage]()
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage]()
     written = anyio.Event()
@@ -65,10 +65,11 @@ async def stdio_transport(wire: stdio_wire.Wire, drain_seconds: float
             outbound_receive.close()  # the server's last answers fail at once instead of waiting for a reader
             tasks.cancel_scope.cancel()
 
-        _daemon("kb-stdio-in", _read_stdin, wire.stdin, lines_in, token)
+        _daemon("kb-stdio-in", _read_stdin, wire.stdin, max_line_bytes, lines_in, token)
         _daemon("kb-stdio-out", _write_stdout, outbound_receive, wire.stdout, token, writer_done)
         reading = anyio.CancelScope()
-        tasks.start_soon(_pump, reading, lines, inbound_send, outbound.clone(), outstanding, drain_seconds)
+        tasks.start_soon(_pump, reading, lines, inbound_send, outbound.clone(), outstanding, drain_seconds,
+                         max_line_bytes)
         answers = Answers(outbound, outstanding)
         yield inbound, answers
         # The server stopped: the pump had closed its read stream, so it is done, unless the server stopped early.
@@ -79,15 +80,18 @@ async def stdio_transport(wire: stdio_wire.Wire, drain_seconds: float
         raise StdoutClosed
 
 
-async def _pump(scope: anyio.CancelScope, lines: MemoryObjectReceiveStream[bytes],
+async def _pump(scope: anyio.CancelScope, lines: MemoryObjectReceiveStream[bytes | None],
                 inbound: MemoryObjectSendStream[SessionMessage], refusals: MemoryObjectSendStream[SessionMessage],
-                outstanding: Outstanding, drain_seconds: float) -> None:
+                outstanding: Outstanding, drain_seconds: float, max_line_bytes: int) -> None:
     """stdin's lines to the server, or their refusals to stdout; at the end of stdin, the drain."""
     with scope:
         async with lines, inbound, refusals:
             try:
                 async for line in lines:
-                    await _forward(line, inbound, refusals, outstanding)
+                    if line is None:  # over the limit, dropped as it was read (stdio_wire.lines)
+                        await _refuse_oversized(refusals, max_line_bytes)
+                    else:
+                        await _forward(line, inbound, refusals, outstanding)
             except anyio.BrokenResourceError:
                 return  # the server stopped reading: there is nothing left to drain
             if outstanding:
@@ -97,6 +101,15 @@ async def _pump(scope: anyio.CancelScope, lines: MemoryObjectReceiveStream[bytes
             if outstanding:
                 logger.warning("%d request(s) still unanswered %.0f s after stdin closed: they are stopped and "
                                "answered \"Connection closed\"", len(outstanding), drain_seconds)
+
+
+async def _refuse_oversized(refusals: MemoryObjectSendStream[SessionMessage], max_line_bytes: int) -> None:
+    """A line longer than a request body may be over HTTP (KB_MCP_MAX_BODY_BYTES): -32600 with id null, as the
+    HTTP door answers 413; its id was never read."""
+    message = f"Invalid Request: a message longer than KB_MCP_MAX_BODY_BYTES ({max_line_bytes} bytes)"
+    logger.warning("refused a line on stdin: %s", message)
+    await refusals.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None,
+                                                    error=ErrorData(code=INVALID_REQUEST, message=message))))
 
 
 async def _forward(line: bytes, inbound: MemoryObjectSendStream[SessionMessage],
@@ -117,10 +130,11 @@ async def _forward(line: bytes, inbound: MemoryObjectSendStream[SessionMessage],
         await inbound.send(SessionMessage(frame))
 
 
-def _read_stdin(fd: int, lines: MemoryObjectSendStream[bytes], token: EventLoopToken) -> None:
+def _read_stdin(fd: int, max_line_bytes: int, lines: MemoryObjectSendStream[bytes | None],
+                token: EventLoopToken) -> None:
     """On its own daemon thread: stdin's lines into the event loop, one at a time, until stdin ends."""
     try:
-        for line in stdio_wire.lines(fd):
+        for line in stdio_wire.lines(fd, max_line_bytes):
             anyio.from_thread.run(lines.send, line, token=token)
     except OSError as exc:
         logger.warning("could not read stdin (%s): taken as its end", exc)

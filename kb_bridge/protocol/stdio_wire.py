@@ -41,19 +41,30 @@ def claimed() -> Iterator[Wire]:
         os.dup2(wire.stdin, 0)
 
 
-def lines(fd: int) -> Iterator[bytes]:
+def lines(fd: int, max_bytes: int) -> Iterator[bytes | None]:
     """The lines read from `fd` (without their newline) until it ends; a last line without one too, so a
-    message cut off by the end of input is answered (a parse error) rather than lost."""
+    message cut off by the end of input is answered (a parse error) rather than lost. A line longer than
+    `max_bytes` is dropped as it is read and stands as None: memory holds at most one line of that size."""
     pending = bytearray()
+    dropping = False
     while chunk := os.read(fd, CHUNK):
-        *complete, tail = chunk.split(b"\n")
-        if complete:
-            yield bytes(pending + complete[0])
-            yield from complete[1:]
-            pending = bytearray(tail)
-        else:
-            pending += tail
-    if pending:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if not dropping:
+                pending += chunk[start:] if end < 0 else chunk[start:end]
+                if len(pending) > max_bytes:
+                    pending.clear()
+                    dropping = True
+            if end < 0:
+                break
+            yield None if dropping else bytes(pending)
+            pending.clear()
+            dropping = False
+            start = end + 1
+    if dropping:
+        yield None
+    elif pending:
         yield bytes(pending)
 
 
