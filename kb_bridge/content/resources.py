@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
+from kb_bridge.digits import ascii_number
 from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import reach
 
@@ -87,11 +88,11 @@ def parse(uri: str) -> tuple[str, str]:
 
 
 def _id(kind: str, value: str) -> int:
-    # The length first: int() refuses more than 4,300 digits with a ValueError (an internal error).
-    digits = value.lstrip("0")
-    if not value.isascii() or not value.isdigit() or len(digits) > len(str(_MAX_ID)) or not 1 <= int(digits or "0") <= _MAX_ID:
+    # Leading zeros are taken and do not count against the id's digits.
+    number = ascii_number(value.lstrip("0") or "0", len(str(_MAX_ID)))
+    if number is None or not 1 <= number <= _MAX_ID:
         raise InvalidArgument("uri", f"the {kind} id must be a positive integer, as in kb://{kind}/42")
-    return int(digits)
+    return number
 
 
 def read(engine: EngineClient, principal: Principal, uri: str) -> str:

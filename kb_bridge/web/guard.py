@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from kb_bridge.asgi_messages import ASGIApp, Receive, Scope, Send, header, send_json
+from kb_bridge.digits import ascii_number
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ def matches(value: str, patterns: Sequence[str]) -> bool:
 def is_port(text: str) -> bool:
     """A TCP port as a Host or Origin writes it: 1 to 5 ASCII digits, 1-65535. str.isdigit also takes "²³"
     and other scripts' digits, and would take any number of them."""
-    return 0 < len(text) <= 5 and text.isascii() and text.isdigit() and 0 < int(text) <= 65535
+    port = ascii_number(text, 5)
+    return port is not None and 0 < port <= 65535
 
 
 class HostOriginGuard:

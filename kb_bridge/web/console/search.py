@@ -17,6 +17,7 @@ from typing import Any
 from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
+from kb_bridge.digits import ascii_number
 from kb_bridge.errors import Forbidden, InvalidArgument
 from kb_bridge.web.console.state import blueprint, call, principal, usable
 
@@ -83,9 +84,8 @@ class Filters:
 
 def _page_number(text: str) -> int:
     """The page asked for: 1 unless `text` is a plain positive number; at most the last page there can be."""
-    if not (text.isascii() and text.isdigit() and len(text) <= 4):
-        return 1
-    return min(max(int(text), 1), _MAX_PAGE)
+    page = ascii_number(text, 4)
+    return 1 if page is None else min(max(page, 1), _MAX_PAGE)
 
 
 @blueprint.get("/")

@@ -15,6 +15,7 @@ from flask import Blueprint, abort, current_app, g, request
 
 from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.principal import Principal
+from kb_bridge.digits import ascii_number
 from kb_bridge.runtime import Bridge
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 from kb_bridge.web.console import PREFIX
@@ -87,9 +88,10 @@ def whole_number(text: str, problem: str, maximum: int = LARGEST) -> int:
     """`text` as a number from 1 to `maximum`, else 400 saying `problem` (the console's error page). ASCII
     digits only and few of them: "²".isdigit() is true though int() refuses it, and int() refuses more than
     4300 digits; either would otherwise be a 500."""
-    if not (text.isascii() and text.isdigit() and len(text) <= _MOST_DIGITS) or not 1 <= int(text) <= maximum:
+    number = ascii_number(text, _MOST_DIGITS)
+    if number is None or not 1 <= number <= maximum:
         abort(400, problem)
-    return int(text)
+    return number
 
 
 def wants_json() -> bool:

@@ -1,0 +1,15 @@
+"""Whole numbers written in ASCII digits, read from text a client sent (a URI, a header, a form field).
+
+str.isdigit alone is not enough: it also takes "²" (which int() then refuses: an internal error) and other
+scripts' digits ("٣", which int() takes), and int() refuses more than 4,300 digits. Each caller bounds the
+digits by the largest number it takes, so that int() is never asked for more.
+"""
+
+from __future__ import annotations
+
+
+def ascii_number(text: str, most_digits: int) -> int | None:
+    """`text` as a number when it is 1 to `most_digits` ASCII digits (leading zeros counted), else None."""
+    if not (0 < len(text) <= most_digits and text.isascii() and text.isdigit()):
+        return None
+    return int(text)
