@@ -130,9 +130,7 @@ def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
 
 def _give_up(conn: Any, job_id: int, now: str) -> None:
     """Fail a job resumed MAX_RESUMES times, whichever replica held it last."""
-    conn.execute("UPDATE jobs SET status = 'failed', error = %s, finished_at = %s, payload = NULL, staged_path = NULL, "
-                 "lease_owner = NULL, lease_expires = NULL WHERE id = %s", (RESUME_LIMIT_ERROR, now, job_id))
-    conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
+    fail_job(conn, job_id, None, RESUME_LIMIT_ERROR, now)
     note_keys.job_ended(conn, job_id)
     logger.warning("job %d failed: %s", job_id, RESUME_LIMIT_ERROR)
 
@@ -162,12 +160,14 @@ def finish_job(conn: Any, job_id: int, document_id: int, now: str) -> None:
     conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
 
 
-def fail_job(conn: Any, job_id: int, owner: str, error: str, now: str) -> None:
-    """Fail a job this replica holds (a job another replica took over is left to it)."""
+def fail_job(conn: Any, job_id: int, owner: str | None, error: str, now: str) -> None:
+    """Fail a job this replica holds (a job another replica took over is left to it); `owner` None: whichever
+    replica holds it (a job given up after too many resumes)."""
+    held, params = ("", ()) if owner is None else ("AND (lease_owner = %s OR lease_owner IS NULL)", (owner,))
     failed = conn.execute(
         "UPDATE jobs SET status = 'failed', error = %s, finished_at = %s, payload = NULL, staged_path = NULL, "
-        "lease_owner = NULL, lease_expires = NULL WHERE id = %s AND status IN ('queued', 'running') "
-        "AND (lease_owner = %s OR lease_owner IS NULL)", (error, now, job_id, owner)).rowcount
+        f"lease_owner = NULL, lease_expires = NULL WHERE id = %s AND status IN ('queued', 'running') {held}",
+        (error, now, job_id, *params)).rowcount
     if failed:
         conn.execute("DELETE FROM job_uploads WHERE job_id = %s", (job_id,))
 
