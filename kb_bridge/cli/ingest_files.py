@@ -119,6 +119,11 @@ def shown(text: str) -> str:
     return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
+def unreadable(error: OSError) -> str:
+    """Why a file failed when reading it raised `error` (the walk, the plan's hashing, the upload)."""
+    return f"cannot read the file: {error.strerror or error}"
+
+
 def _is_utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -191,7 +196,7 @@ def find_files(paths: Sequence[Path], pattern: str | None, extensions: Iterable[
             if isinstance(stat, FileNotFoundError):
                 continue  # gone since the walk saw it
             if isinstance(stat, OSError):
-                found.problems.append(Problem(path, shown(source_path), f"cannot read the file: {stat.strerror}"))
+                found.problems.append(Problem(path, shown(source_path), unreadable(stat)))
                 continue
             taken[source_path] = Candidate(path, source_path, stat.st_size, home, stat.st_mtime_ns, stat.st_ino)
     found.candidates = sorted(taken.values(), key=lambda candidate: candidate.source_path)

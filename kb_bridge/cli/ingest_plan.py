@@ -27,7 +27,7 @@ from typing import Any
 
 from kb_bridge.cli import ingest_paths
 from kb_bridge.cli.exits import USAGE, Failed
-from kb_bridge.cli.ingest_files import ROOT_TAG, Candidate, Problem, Root
+from kb_bridge.cli.ingest_files import ROOT_TAG, Candidate, Problem, Root, unreadable
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.cli.listing import Listing
 from kb_bridge.client.engine import EngineClient
@@ -165,7 +165,7 @@ def _content(candidate: Candidate, known: Known | None,
         sha256 = sha256_of(candidate)
         after = ingest_paths.lstat(candidate.root.path, candidate.path)
     except OSError as exc:
-        return None, f"cannot read the file: {exc.strerror or exc}"
+        return None, unreadable(exc)
     if (after.st_size, after.st_mtime_ns) != (candidate.size, candidate.mtime_ns):
         return None, CHANGED
     return sha256, ""

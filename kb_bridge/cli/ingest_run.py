@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 from kb_bridge import collection_tags
 from kb_bridge.cli import ingest_paths
-from kb_bridge.cli.ingest_files import Candidate
+from kb_bridge.cli.ingest_files import Candidate, unreadable
 from kb_bridge.cli.ingest_plan import CHANGED, Plan, Step, Stored
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.cli.progress import Progress
@@ -185,7 +185,7 @@ class Ingestion:
         try:
             handle = ingest_paths.open_file(candidate.root.path, candidate.path)
         except OSError as exc:
-            self._fail(step, sent[0], f"cannot read the file: {exc.strerror or exc}")
+            self._fail(step, sent[0], unreadable(exc))
             return
         with handle:
             body = file_job_body(candidate.path.name, candidate.size, lambda: _blocks(handle), fields, progress)
@@ -202,7 +202,7 @@ class Ingestion:
                     self._fail(step, sent[0], CHANGED)
                     return
                 except _ReadFailed as exc:
-                    self._fail(step, sent[0], f"cannot read the file: {exc}")
+                    self._fail(step, sent[0], unreadable(exc.error))
                     return
                 if not self._over(step, job):
                     break
