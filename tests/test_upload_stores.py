@@ -189,3 +189,23 @@ def test_open_uploads_lists_only_the_owners_unfinished_uploads(store: UploadStor
     assert sorted(u.upload_id for u, _ in listed) == sorted([first, second])
     assert {u.upload_id: p.received_bytes for u, p in listed} == {first: 2, second: 0}
     assert [u.upload_id for u, _ in store.open_uploads("owner-c")] == []
+
+
+def test_redis_counts_an_upload_kept_alive_past_twice_its_ttl_against_the_owners_limits(
+    tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
+    """An upload kept alive by its chunks stays the owner's: counted against the per-caller limits and listed,
+    however long ago it started (the owner's index of uploads expired 2 x TTL after the last start, so an
+    upload in use dropped out of the limits, and eight more could be started beside it)."""
+    store = make_store("redis", tmp_path, request, ttl=1.0)
+    upload_id = new_upload_id()
+    store.create(Upload(upload_id, OWNER, "f.txt", 4, [], "documents"), 1, 100)
+    store.put_chunk(upload_id, OWNER, 0, b"ab")
+    started = time.monotonic()
+    while time.monotonic() - started < 2.5:  # activity, not synchronisation: a chunk resent keeps it alive
+        store.put_chunk(upload_id, OWNER, 0, b"ab")
+        time.sleep(0.2)
+    assert store.get(upload_id, OWNER).result is None
+    assert [u.upload_id for u, _ in store.open_uploads(OWNER)] == [upload_id]
+    with pytest.raises(LimitExceeded):
+        store.create(Upload(new_upload_id(), OWNER, "g.txt", 1, [], "documents"), 1, 100)

@@ -39,7 +39,7 @@ _LOCK_MS = 30_000
 # slices (GETRANGE) and a worker never holds more than a slice of Redis data at once.
 # Refreshing TTLs walks the sizes hash to name the chunk keys; fine on a single Redis (not Cluster).
 
-# KEYS: meta, sizes, lock, chunk. ARGV: index, data, ttl_ms, chunk key prefix.
+# KEYS: meta, sizes, lock, chunk, owner set. ARGV: index, data, ttl_ms, chunk key prefix, upload id.
 _PUT_CHUNK = """
 local meta = redis.call('GET', KEYS[1])
 if not meta then return {'missing'} end
@@ -59,6 +59,8 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('PEXPIRE', ARGV[4] .. index, ARGV[3]) end
+redis.call('SADD', KEYS[5], ARGV[5])
+redis.call('PEXPIRE', KEYS[5], ARGV[3] * 2)
 return {'ok'}
 """
 
@@ -82,6 +84,8 @@ if active >= tonumber(ARGV[5]) then return {'uploads', tostring(active)} end
 if reserved + tonumber(ARGV[7]) > tonumber(ARGV[6]) then return {'staged_bytes', tostring(reserved)} end
 redis.call('SET', ARGV[1] .. ARGV[2] .. ':meta', ARGV[3], 'PX', ARGV[4])
 redis.call('SADD', KEYS[1], ARGV[2])
+-- The owner's index outlives each of its uploads: every change to one of them (_PUT_CHUNK, _TOUCH) sets it to
+-- twice the TTL again, so an upload kept alive by its chunks is never dropped from the owner's limits.
 redis.call('PEXPIRE', KEYS[1], ARGV[4] * 2)
 return {'ok'}
 """
@@ -92,9 +96,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-# KEYS: meta, sizes. ARGV: ttl_ms, chunk key prefix.
+# KEYS: meta, sizes, owner set. ARGV: ttl_ms, chunk key prefix, upload id.
 _TOUCH = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('SADD', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[1] * 2)
+end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 for _, index in ipairs(redis.call('HKEYS', KEYS[2])) do redis.call('PEXPIRE', ARGV[2] .. index, ARGV[1]) end
 return 1
@@ -141,6 +149,10 @@ class RedisStore:
     def _base(self, owner: str) -> str:
         return f"{self._prefix}:u:{owner}:"
 
+    def _owner_set(self, owner: str) -> str:
+        """The set of the owner's upload ids, which the per-caller limits count (_CREATE)."""
+        return f"{self._prefix}:o:{owner}"
+
     def _keys(self, upload_id: str, owner: str) -> tuple[str, str, str, str]:
         """(meta, chunk key prefix, sizes, lock) of an upload."""
         if not is_upload_id(upload_id):
@@ -153,7 +165,7 @@ class RedisStore:
     def create(self, upload: Upload, max_uploads: int, max_staged_bytes: int) -> None:
         with _redis_errors():
             outcome = self._create(
-                keys=[f"{self._prefix}:o:{upload.owner}"],
+                keys=[self._owner_set(upload.owner)],
                 args=[
                     self._base(upload.owner), upload.upload_id, json.dumps(upload.to_json()), self._ttl_ms,
                     max_uploads, max_staged_bytes, upload.total_size,
@@ -189,8 +201,8 @@ class RedisStore:
         meta_key, chunk_prefix, sizes_key, lock_key = self._keys(upload_id, owner)
         with _redis_errors():
             outcome = self._put_chunk(
-                keys=[meta_key, sizes_key, lock_key, f"{chunk_prefix}{index}"],
-                args=[str(index), data, self._ttl_ms, chunk_prefix],
+                keys=[meta_key, sizes_key, lock_key, f"{chunk_prefix}{index}", self._owner_set(owner)],
+                args=[str(index), data, self._ttl_ms, chunk_prefix, upload_id],
             )
         verdict = outcome[0].decode()
         if verdict == "missing":
@@ -215,7 +227,7 @@ class RedisStore:
         try:
             with self._lock(meta_key, lock_key):  # waits for a finish in progress
                 with _redis_errors():
-                    outcome = self._cancel(keys=[meta_key, sizes_key, f"{self._prefix}:o:{owner}"], args=[chunk_prefix, upload_id])
+                    outcome = self._cancel(keys=[meta_key, sizes_key, self._owner_set(owner)], args=[chunk_prefix, upload_id])
         except UploadExpired:
             return None
         if outcome[0].decode() == "missing":
@@ -224,7 +236,7 @@ class RedisStore:
 
     def open_uploads(self, owner: str) -> list[tuple[Upload, Progress]]:
         with _redis_errors():
-            ids = sorted(member.decode() for member in cast("set[bytes]", self._redis.smembers(f"{self._prefix}:o:{owner}")))
+            ids = sorted(member.decode() for member in cast("set[bytes]", self._redis.smembers(self._owner_set(owner))))
         found = []
         for upload_id in ids:
             try:
@@ -272,7 +284,9 @@ class RedisStore:
         with self._lock(meta_key, lock_key) as token:
             stop = threading.Event()
             keeper = threading.Thread(
-                target=self._keep_alive, args=(stop, [meta_key, sizes_key], chunk_prefix, lock_key, token), daemon=True
+                target=self._keep_alive,
+                args=(stop, [meta_key, sizes_key, self._owner_set(owner)], [chunk_prefix, upload_id], lock_key, token),
+                daemon=True,
             )
             keeper.start()
             try:
@@ -281,11 +295,11 @@ class RedisStore:
                 stop.set()
                 keeper.join()
 
-    def _keep_alive(self, stop: threading.Event, keys: list[str], chunk_prefix: str, lock_key: str, token: str) -> None:
+    def _keep_alive(self, stop: threading.Event, keys: list[str], more: list[str], lock_key: str, token: str) -> None:
         """While a finish runs, keep the upload and its lock from expiring."""
         while not stop.wait(min(_LOCK_MS / 3000, self._ttl_ms / 3000)):
             try:
-                self._touch(keys=keys, args=[self._ttl_ms, chunk_prefix])
+                self._touch(keys=keys, args=[self._ttl_ms, *more])
                 if self._redis.get(lock_key) == token.encode():
                     self._redis.pexpire(lock_key, _LOCK_MS)
             except redis.RedisError:
