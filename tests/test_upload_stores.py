@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -209,3 +210,32 @@ def test_redis_counts_an_upload_kept_alive_past_twice_its_ttl_against_the_owners
     assert [u.upload_id for u, _ in store.open_uploads(OWNER)] == [upload_id]
     with pytest.raises(LimitExceeded):
         store.create(Upload(new_upload_id(), OWNER, "g.txt", 1, [], "documents"), 1, 100)
+
+
+def _age(store: UploadStore, upload_id: str) -> None:
+    """Make an upload's last chunk look older than its TTL (600 s) lets it stay, as when a finish (which keeps
+    the sweeper off while it runs) outlived what was left: the directory's time past the TTL; Redis, which
+    would drop it, with 2 s to live."""
+    if isinstance(store, DirectoryStore):
+        path = store._root / OWNER / upload_id  # noqa: SLF001 - the test reaches into the staging layout
+        then = time.time() - 605
+        os.utime(path, (then, then))
+        return
+    client = store._redis  # type: ignore[attr-defined]  # noqa: SLF001
+    for key in client.scan_iter(match=f"kb-bridge:u:{OWNER}:{upload_id}:*"):
+        client.pexpire(key, 2000)
+
+
+def test_a_finish_that_fails_leaves_the_upload_a_whole_ttl_to_be_finished_again(store: UploadStore) -> None:
+    """A finish is activity: one that fails (the engine restarting, a large file's send timing out after minutes)
+    leaves the upload its whole idle time, so the agent can finish again; the sweeper took it at once when the
+    last chunk was older than the TTL (the directory store: a 600 s send of a large file, then a failure)."""
+    upload_id = new_upload(store, size=3)
+    store.put_chunk(upload_id, OWNER, 0, b"abc")
+    _age(store, upload_id)
+    before = time.time()
+    with pytest.raises(RuntimeError), store.finishing(upload_id, OWNER):
+        raise RuntimeError("the engine went away")
+    assert store.progress(upload_id, OWNER).last_activity >= before - 1
+    assert store.sweep(600) == 0
+    assert b"".join(store.read_chunks(upload_id, OWNER, 1)) == b"abc"

@@ -319,7 +319,18 @@ class DirectoryStore:
     @contextmanager
     def finishing(self, upload_id: str, owner: str) -> Iterator[Upload]:
         with self._upload(upload_id, owner) as upload, self._locked(upload):
-            yield _read_meta(upload.dir)
+            # A finish is activity: the upload's idle time starts again when it ends, however it ends. The lock
+            # keeps the sweeper off while it runs, but a send that outlived the TTL (a large file to a slow
+            # engine) and then failed left the upload to the next sweep, before the agent could finish again.
+            with _storage_errors():
+                os.utime(upload.dir.fd)
+            try:
+                yield _read_meta(upload.dir)
+            finally:
+                try:
+                    os.utime(upload.dir.fd)
+                except OSError:  # never in place of the finish's own outcome (its engine job may exist)
+                    logger.warning("could not refresh the idle time of an upload after its finish")
 
     def read_chunks(self, upload_id: str, owner: str, count: int) -> Iterator[bytes]:
         with self._upload(upload_id, owner) as upload:

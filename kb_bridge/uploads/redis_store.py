@@ -282,18 +282,23 @@ class RedisStore:
         meta_key, chunk_prefix, sizes_key, lock_key = self._keys(upload_id, owner)
         # Another host may be finishing this upload: wait for it (its result will be ours).
         with self._lock(meta_key, lock_key) as token:
+            keys, more = [meta_key, sizes_key, self._owner_set(owner)], [chunk_prefix, upload_id]
+            # A finish is activity: the upload's full TTL at its start and again at its end, however it ends, so
+            # one that fails (the engine restarting) never leaves the upload seconds from expiry.
+            with _redis_errors():
+                self._touch(keys=keys, args=[self._ttl_ms, *more])
             stop = threading.Event()
-            keeper = threading.Thread(
-                target=self._keep_alive,
-                args=(stop, [meta_key, sizes_key, self._owner_set(owner)], [chunk_prefix, upload_id], lock_key, token),
-                daemon=True,
-            )
+            keeper = threading.Thread(target=self._keep_alive, args=(stop, keys, more, lock_key, token), daemon=True)
             keeper.start()
             try:
                 yield self.get(upload_id, owner)
             finally:
                 stop.set()
                 keeper.join()
+                try:
+                    self._touch(keys=keys, args=[self._ttl_ms, *more])
+                except redis.RedisError:  # never in place of the finish's own outcome (its engine job may exist)
+                    logger.warning("could not refresh an upload after its finish; Redis unreachable")
 
     def _keep_alive(self, stop: threading.Event, keys: list[str], more: list[str], lock_key: str, token: str) -> None:
         """While a finish runs, keep the upload and its lock from expiring."""
