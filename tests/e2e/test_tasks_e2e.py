@@ -22,7 +22,7 @@ import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from kb_bridge.testing.processes import REPO, Service, free_port, start_bridge, wait_until
+from kb_bridge.testing.processes import REPO, Service, free_port, start_bridge, wait_until, worker_pids
 from kb_bridge.testing.processes import require
 from kb_bridge.testing.held_engine import HeldEngine
 from kb_bridge.testing.tasks_client import TasksExtension, create_task, task_request, until_ended
@@ -319,3 +319,45 @@ def test_oauth_without_any_secret_signs_with_a_key_its_workers_share_and_no_call
 
 def log_entries(service: Service) -> list[dict[str, Any]]:
     return [json.loads(line) for line in service.log_path.read_text().splitlines() if line.startswith("{")]
+
+
+def test_a_task_made_before_a_sighup_that_reloads_an_edited_tokens_file_is_still_answered(held: HeldEngine, tmp_path: Path) -> None:
+    """A token added to (or removed from) KB_MCP_TOKENS_FILE takes effect at a SIGHUP: gunicorn starts new
+    workers, which read the file again. Task ids were sealed with a key that digested every token of the file, so
+    the reload made every task made before it unknown (-32602): its answer lost, though its engine job went on.
+    With the engine's key configured, that key alone keeps ids unforgeable, and the file's tokens stay out of it."""
+    import signal
+
+    writer = "named-writer-" + "w" * 32
+    added = "named-added-" + "a" * 32
+
+    def entry(name: str, token: str) -> str:
+        return (f'[[token]]\nname = "{name}"\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+                'scopes = ["kb:read", "kb:write"]\n')
+
+    tokens_file = tmp_path / "tokens.toml"
+    tokens_file.write_text(entry("writer", writer))
+    tokens_file.chmod(0o600)
+    bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": held.url, "KB_API_KEY": ENGINE_KEY,
+                                     "KB_MCP_TOKENS_FILE": str(tokens_file)}, workers=1)
+    try:
+        created = post(bridge.url, "tools/call", {"name": "kb_addnote", "arguments": {"text": "Shearwaters glide."}},
+                       "kb_addnote", token=writer)
+        task_id = created["result"]["taskId"]
+        assert post(bridge.url, "tasks/get", {"taskId": task_id}, task_id, token=writer)["result"]["taskId"] == task_id
+        before = set(worker_pids(bridge))
+        tokens_file.write_text(entry("writer", writer) + entry("added", added))
+        bridge.signal(signal.SIGHUP)
+
+        def reloaded() -> bool:  # new workers serve, the old ones are gone, and they know the added token
+            pids = set(worker_pids(bridge))
+            if not pids or pids & before:
+                return False
+            answer = post(bridge.url, "tools/call", {"name": "kb_status", "arguments": {}}, "kb_status", token=added)
+            return "result" in answer
+
+        wait_until(reloaded, 60, what="new workers that read the edited tokens file")
+        got = post(bridge.url, "tasks/get", {"taskId": task_id}, task_id, token=writer)
+    finally:
+        bridge.stop()
+    assert got.get("result", {}).get("taskId") == task_id, got
