@@ -210,3 +210,28 @@ def _call_or_error(url: str) -> str:
     except requests.RequestException:
         return "connection lost"
     return "ok" if error_code(reply) is None else f"error {error_code(reply)}"
+
+
+@pytest.mark.parametrize("change", [{"text": "second words"}, {"tags": ["second-tag"]}, {"collection": "memory"}])
+def test_34_a_lost_answer_to_a_conditional_update_is_not_reported_as_someone_elses_change(
+    fts_engine: Service, tmp_path: Path, change: dict[str, object],
+) -> None:
+    """kb_update_note with expected_version is a PATCH with If-Match, retried when its answer is lost (the engine
+    restarting after it wrote). The retry found the version the first attempt had made and was reported CONFLICT,
+    "the note changed since expected_version": the agent was told its own update had lost to another."""
+    with FaultProxy(fts_engine.url) as proxy:
+        proxy.rules.append(lambda method, path, before: Fault(withhold=1.5) if method == "PATCH" and before == 0 else None)
+        bridge = bridge_through(proxy.url, tmp_path)
+        try:
+            added = modern_call(bridge.url, TOKEN, "kb_addnote", {"text": f"first words {change}", "wait": True})
+            document_id = added["result"]["structuredContent"]["document_id"]
+            reply = modern_call(bridge.url, TOKEN, "kb_update_note", {"document_id": document_id, **change, "expected_version": 1})
+            stored = modern_call(bridge.url, TOKEN, "kb_get", {"document_id": document_id})
+        finally:
+            bridge.stop()
+    assert sum(1 for method, *_ in proxy.seen if method == "PATCH") == 2  # the lost answer was retried
+    content = stored["result"]["structuredContent"]["documents"][0]
+    assert content["version"] == 2  # the update landed once
+    assert {key: content[key] if key != "text" else content["content"] for key in change} == change
+    assert error_code(reply) is None, reply
+    assert reply["result"]["structuredContent"]["version"] == 2
