@@ -58,6 +58,24 @@ async def test_metrics_count_calls_correctly_across_two_workers(tmp_path: Path) 
     assert "kb_bridge_uploads_in_progress" in text and 'kb_bridge_auth_failures_total{reason="metrics_token"} 1.0' in text
 
 
+def test_metrics_are_scraped_while_the_redis_upload_store_is_unreachable(tmp_path: Path) -> None:
+    """/metrics reads the upload gauges from the shared store at scrape time. With Redis unreachable that read
+    failed the whole scrape (500, an HTML page), so every other metric (tool calls, engine errors) was lost exactly
+    while something was wrong; now the upload gauges are left out and the rest is served."""
+    with StandInEngine() as engine:
+        env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_METRICS_TOKEN": METRICS_TOKEN,
+               "KB_UPLOAD_STORE": f"redis://127.0.0.1:{free_port()}/0"}  # nothing listens there
+        bridge = start_bridge(tmp_path, env, workers=1)
+        try:
+            assert "result" in modern_call(bridge.url, TOKEN, "kb_status", {})
+            scraped = requests.get(bridge.url + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30)
+        finally:
+            bridge.stop()
+    assert scraped.status_code == 200, scraped.text[:300]
+    assert tool_calls(scraped.text, "kb_status", "ok") == 1
+    assert "kb_bridge_uploads_in_progress" not in scraped.text
+
+
 def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Path) -> None:
     import concurrent.futures
 
