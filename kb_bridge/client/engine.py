@@ -30,6 +30,7 @@ from kb_bridge.errors import (
     EngineUnsupported,
     KbError,
     NeverSent,
+    NotFound,
     OutcomeUnknown,
     Retryable,
 )
@@ -235,12 +236,28 @@ class EngineClient:
         return self._json(call)
 
     def delete_document(self, document_id: int) -> None:
-        # DELETE is idempotent by definition: a repeat finds nothing and says 404.
+        """Delete a document; NotFound when it was not there. DELETE is idempotent by definition, so it is
+        retried: a repeat finds nothing and says 404. After an attempt that may have reached the engine (its
+        answer lost: the engine restarting after it deleted), that 404 is the earlier attempt's deletion, not
+        a document that was never there."""
         call = Call(
             "DELETE", f"{API}/documents/{segment(document_id)}", "DELETE /documents/{id}", f"document {document_id}",
             retry_safe=True, write=True,
         )
-        self._run(lambda: self._send(call), call)
+        reached = False
+
+        def attempt() -> None:
+            nonlocal reached
+            try:
+                self._send(call)
+            except NotFound:
+                if not reached:
+                    raise
+            except KbError as exc:
+                reached = reached or not isinstance(exc, NeverSent)
+                raise
+
+        self._run(attempt, call)
 
     def patch_note(self, document_id: int, body: Mapping[str, Any], if_match: int | None) -> dict[str, Any]:
         headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None

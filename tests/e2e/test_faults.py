@@ -235,3 +235,22 @@ def test_34_a_lost_answer_to_a_conditional_update_is_not_reported_as_someone_els
     assert {key: content[key] if key != "text" else content["content"] for key in change} == change
     assert error_code(reply) is None, reply
     assert reply["result"]["structuredContent"]["version"] == 2
+
+
+def test_34_a_lost_answer_to_a_delete_is_still_reported_as_deleted(fts_engine: Service, tmp_path: Path) -> None:
+    """A DELETE is retried when its answer is lost (the engine restarting after it deleted); the retry finds
+    nothing (404), and kb_delete answered `deleted: false`, "does not exist (already deleted?)": the agent was told
+    its own deletion had found nothing to delete."""
+    with FaultProxy(fts_engine.url) as proxy:
+        proxy.rules.append(lambda method, path, before: Fault(withhold=1.5) if method == "DELETE" and before == 0 else None)
+        bridge = bridge_through(proxy.url, tmp_path)
+        try:
+            added = modern_call(bridge.url, TOKEN, "kb_addnote", {"text": "deleted once", "wait": True})
+            document_id = added["result"]["structuredContent"]["document_id"]
+            reply = modern_call(bridge.url, TOKEN, "kb_delete", {"document_id": document_id})
+            again = modern_call(bridge.url, TOKEN, "kb_delete", {"document_id": document_id})
+        finally:
+            bridge.stop()
+    assert sum(1 for method, *_ in proxy.seen if method == "DELETE") == 3  # the lost answer was retried; then again
+    assert reply["result"]["structuredContent"] == {"document_id": document_id, "deleted": True}, reply
+    assert again["result"]["structuredContent"] == {"document_id": document_id, "deleted": False}  # a call of its own
