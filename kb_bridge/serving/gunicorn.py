@@ -25,13 +25,29 @@ ASGI_APP = "kb_bridge.asgi:app"
 UVICORN_WORKER = "kb_bridge.serving.worker.BridgeUvicornWorker"
 
 
+class _Master:
+    """Whether gunicorn's master runs in this process (set by on_starting). gunicorn executes gunicorn.conf.py
+    again in it at every SIGHUP, so a configuration error found then is a reload's."""
+
+    running = False
+
+
 def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
     """Every gunicorn setting and server hook for this configuration, by gunicorn's names."""
     try:
         settings = settings or load_settings()
         check_staging(settings)
     except SettingsError as exc:
-        raise SystemExit(f"kb-bridge: configuration error: {exc}") from None
+        message = f"kb-bridge: configuration error: {exc}"
+        if _Master.running:
+            # A SIGHUP's reload found it broken. SystemExit there ends the master alone (gunicorn lets it through
+            # its loop): the workers ran on unsupervised, the old configuration, holding the port. HaltServer is
+            # gunicorn's own stop: every worker gets graceful_timeout for its calls, then the master exits
+            # non-zero with the reason, as a start refuses this configuration.
+            from gunicorn.errors import HaltServer
+
+            raise HaltServer(message, 1) from None
+        raise SystemExit(message) from None
     server = settings.server
 
     # Prometheus multiprocess mode: every worker writes its samples under one directory, fresh for
@@ -46,6 +62,7 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         os.environ.setdefault("KB_MCP_TASK_KEY", secrets.token_urlsafe(32))
 
     def on_starting(_server: Any) -> None:
+        _Master.running = True
         configure_logging(server.log_level, server.log_json, settings.secrets())
         raise_open_file_limit()
 

@@ -104,6 +104,47 @@ def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Pa
     assert exit_code == 0
 
 
+def test_a_sighup_that_finds_the_configuration_broken_stops_every_worker_and_says_why(tmp_path: Path) -> None:
+    """gunicorn executes gunicorn.conf.py again at a SIGHUP. A configuration that no longer loads (here a tokens
+    file edited into something unreadable) raised SystemExit there, which ends gunicorn's master alone: its
+    workers ran on, the old configuration, unsupervised, holding the port (a restart failed on it) and deaf to
+    the master's SIGTERM. Now the master stops them as at any shutdown and exits non-zero naming the setting."""
+    import hashlib
+    import os
+
+    from kb_bridge.testing.processes import worker_pids
+
+    token = "named-reader-" + "r" * 32
+    tokens_file = tmp_path / "tokens.toml"
+    tokens_file.write_text(f'[[token]]\nname = "reader"\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+                           'scopes = ["kb:read"]\n')
+    tokens_file.chmod(0o600)
+    with StandInEngine() as engine:
+        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_MCP_TOKENS_FILE": str(tokens_file)}, workers=2)
+        workers = worker_pids(bridge)
+        assert len(workers) == 2
+
+        def alive(pid: int) -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+        try:
+            tokens_file.write_text("[[token]\nthis is not TOML")
+            bridge.signal(signal.SIGHUP)
+            exit_code = bridge.process.wait(60)
+            wait_until(lambda: not any(alive(pid) for pid in workers), 30, what="the workers to stop with their master")
+        finally:
+            bridge.stop()
+            for pid in workers:  # an orphan the bridge left (before the fix), ended by its id
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert exit_code != 0
+    assert "KB_MCP_TOKENS_FILE" in bridge.log()
+
+
 def run_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kb_bridge", "check"], env=clean_env(env), capture_output=True,
                           text=True, timeout=60, cwd=REPO)
