@@ -9,13 +9,16 @@ answering without `progress`) is not reported at all.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from kb_bridge import shapes
-from kb_bridge.errors import IngestionFailed
+from kb_bridge.errors import EngineFailure, IngestionFailed, Retryable
 from kb_bridge.tools.spec import ProgressFn, ToolContext
+
+logger = logging.getLogger(__name__)
 
 TERMINAL = ("done", "failed", "cancelled")
 # Where each stage sits between 0 and 1; chunks embedded fill the span between running and done.
@@ -78,7 +81,16 @@ def _poll_job(ctx: ToolContext, job: dict[str, Any], timeout: float, what: str, 
     while job["status"] not in TERMINAL and time.monotonic() - started < timeout:
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
-        raw = ctx.engine.get_job(job["id"])
+        try:
+            raw = ctx.engine.get_job(job["id"])
+        except EngineFailure as exc:
+            if not isinstance(exc, Retryable):
+                raise
+            # The engine has the job (it gave its id) and stopped answering (restarting, say): the wait ends as
+            # when its time runs out, with the job as last seen. An error would tell the agent that a stored write
+            # failed, and its repeat could store it twice.
+            logger.info("stopped waiting for job %s: the engine did not answer (%s)", job["id"], exc.code)
+            break
         tracker.observe(raw)
         job = shapes.job(raw)
     raise_if_failed(job, what)

@@ -254,3 +254,24 @@ def test_34_a_lost_answer_to_a_delete_is_still_reported_as_deleted(fts_engine: S
     assert sum(1 for method, *_ in proxy.seen if method == "DELETE") == 3  # the lost answer was retried; then again
     assert reply["result"]["structuredContent"] == {"document_id": document_id, "deleted": True}, reply
     assert again["result"]["structuredContent"] == {"document_id": document_id, "deleted": False}  # a call of its own
+
+
+def test_an_engine_that_stops_answering_while_a_stored_note_is_waited_for_answers_the_job_not_an_error(
+    fts_engine: Service, tmp_path: Path,
+) -> None:
+    """kb_addnote with wait: the engine takes the note (its job id is known), then stops answering while the bridge
+    polls the job (the engine restarting). The call ended ENGINE_UNAVAILABLE, "retry shortly", for a note that was
+    stored: with allow_duplicate the agent's retry made a second note. Now the wait ends as when its time runs out,
+    with the job as last seen."""
+    with FaultProxy(fts_engine.url) as proxy:
+        proxy.rules.append(lambda method, path, before: Fault(status=503) if method == "GET" and path.startswith("/api/v1/jobs/") else None)
+        bridge = bridge_through(proxy.url, tmp_path)
+        try:
+            reply = modern_call(bridge.url, TOKEN, "kb_addnote", {"text": "stored while the engine went away", "wait": True,
+                                                                  "allow_duplicate": True, "source_path": "faults/waited"})
+        finally:
+            bridge.stop()
+    assert error_code(reply) is None, reply
+    content = reply["result"]["structuredContent"]
+    assert isinstance(content["job_id"], int) and content["status"] in ("queued", "running", "done")
+    wait_until(lambda: documents_at(fts_engine.url, ENGINE_KEY, "faults/waited") == 1, 30, what="the note stored once")
