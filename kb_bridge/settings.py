@@ -198,12 +198,16 @@ class Settings:
         return [key.reveal() for key in keys if key is not None]
 
     def shared_secrets(self) -> list[str]:
-        """What every host of one deployment holds and no caller knows: the secrets, or, only when there are
-        none, the digests of the tokens file's tokens. Task ids are sealed with them (tools/task_ids.py). The
-        digests change whenever a token is added or removed, and a SIGHUP makes gunicorn's new workers read the
-        file again: a key that digested them made every task made before the reload unknown. One secret no
-        caller knows is enough, so the file's tokens count only when nothing steadier is shared."""
-        return self.secrets() or [token.sha256.hex() for token in self.mcp.named_tokens]
+        """What every host of one deployment holds and no caller knows: the secrets, and, only when none of
+        them is one that no MCP caller presents (the engine key, the metrics token, the task key), the digests
+        of the tokens file's tokens. Task ids are sealed with them (tools/task_ids.py). The digests change
+        whenever a token is added or removed, and a SIGHUP makes gunicorn's new workers read the file again: a
+        key that digested them made every task made before the reload unknown. One secret no caller knows is
+        enough, so the file's tokens count only when no such secret is set."""
+        unknown_to_callers = (self.engine.api_key, self.mcp.metrics_token, self.mcp.task_key)
+        if any(secret is not None for secret in unknown_to_callers):
+            return self.secrets()
+        return [*self.secrets(), *(token.sha256.hex() for token in self.mcp.named_tokens)]
 
     @property
     def shares_no_secret(self) -> bool:

@@ -427,6 +427,30 @@ def test_each_shared_secret_signs_ids_and_oauth_without_one_signs_with_a_made_ke
     assert task_key(by_key) == task_key(make_settings(tmp_path, mcp={**oauth, "task_key": Secret("t" * 32)}))
 
 
+def test_a_token_added_to_the_tokens_file_keeps_the_key_when_a_secret_no_caller_knows_is_set(tmp_path: Path) -> None:
+    """Adding or removing a named token (read again at a SIGHUP) must not change the key when the engine key, the
+    metrics token or the task key already keeps ids unforgeable; without any of them the digests still count."""
+    from kb_bridge.credentials.named_tokens import NamedToken
+    from kb_bridge.credentials.secret import Secret
+
+    one = (NamedToken("a", b"a" * 32, frozenset({"kb:read"}), None),)
+    two = (*one, NamedToken("b", b"b" * 32, frozenset({"kb:read"}), None))
+    for steady in ({"engine": {"api_key": Secret("engine-key-0123456789abcdef")}},
+                   {"mcp": {"metrics_token": Secret("metrics-token-0123456789abcdef")}},
+                   {"mcp": {"task_key": Secret("t" * 32)}}):
+        part, values = next(iter(steady.items()))
+
+        def keyed(tokens: tuple[NamedToken, ...], part: str = part, values: dict[str, Any] = values) -> bytes:
+            extra = {"named_tokens": tokens} if part == "engine" else {}
+            mcp = {**values, "named_tokens": tokens} if part == "mcp" else extra
+            return task_key(make_settings(tmp_path, **({part: values, "mcp": mcp} if part == "engine" else {"mcp": mcp})))
+
+        assert keyed(one) == keyed(two)
+    with_api_key = {"api_keys": (Secret("agent-key-0123456789abcdef"),)}
+    assert (task_key(make_settings(tmp_path, mcp={**with_api_key, "named_tokens": one}))
+            != task_key(make_settings(tmp_path, mcp={**with_api_key, "named_tokens": two})))  # agents know their key
+
+
 def test_gunicorn_gives_its_workers_a_made_key_only_for_oauth_without_a_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

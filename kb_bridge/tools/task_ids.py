@@ -8,8 +8,9 @@ log it: an id reveals nothing of the note or the file, nor whose task it is. An 
 characters, well inside the header limits of common proxies (nginx's 8 KB): a result whose sealed id would be
 longer is replaced by a reference the bridge reads it again from (tools/task_results.py). The key is derived
 from the secrets every worker and host of one deployment shares (`KB_API_KEY`, `KB_MCP_API_KEY`,
-`KB_METRICS_TOKEN`, `KB_MCP_TASK_KEY`; only when none is set, the digests of `KB_MCP_TOKENS_FILE`'s tokens, which a
-SIGHUP's reload of an edited file would change) and the engine URL, so each
+`KB_METRICS_TOKEN`, `KB_MCP_TASK_KEY`; the digests of `KB_MCP_TOKENS_FILE`'s tokens only when none of the engine key,
+the metrics token and the task key is set, since a SIGHUP's reload of an edited file changes them) and the engine
+URL, so each
 of them opens an id the others made, and a caller can neither forge one nor edit one (another job id, another
 principal). An id names its principal (`owner`, the same per-credential id uploads use), and a task is answered
 only to that principal; the job is still checked against the caller's collections (tools/reach.py job_visible)
