@@ -87,6 +87,17 @@ def test_bad_claims_are_refused(server: AuthServer, claims: dict[str, object], r
     assert refused(verifier_for(server), server.token(**resolved)) == reason
 
 
+def test_a_null_collections_claim_is_refused_never_read_as_every_collection(server: AuthServer) -> None:
+    """An issuer's claim mapper with no value for a user writes `"kb_collections": null`; read as absent, the
+    token saw every collection."""
+    key = server.keys[0]
+    now = int(time.time())
+    claims = {"iss": server.issuer, "aud": RESOURCE, "sub": "alice", "exp": now + 300, "scope": "kb:read",
+              "kb_collections": None}
+    token = jwt.encode(claims, key.private, algorithm=key.algorithm, headers={"kid": key.kid})
+    assert refused(verifier_for(server), token) == "invalid_claims"
+
+
 def test_leeway_of_60_seconds_on_exp_and_nbf(server: AuthServer) -> None:
     verifier = verifier_for(server)
     now = int(time.time())

@@ -208,7 +208,8 @@ class OAuthVerifier:
 def principal_from_claims(claims: dict[str, Any]) -> Principal:
     """The principal a verified token stands for: named by `sub` (else `client_id`, `azp`), with the kb:*
     scopes of its space-separated `scope` claim (or an `scp` list, as Entra ID and Okta send), limited to
-    the collections of `kb_collections` when present (a malformed limit refuses the token: never wider)."""
+    the collections of `kb_collections` when present (a malformed limit, null included, refuses the token:
+    never wider)."""
     name = next((claims[k] for k in ("sub", "client_id", "azp") if isinstance(claims.get(k), str) and claims[k]), None)
     if name is None:
         raise InvalidToken("invalid_claims")
@@ -220,9 +221,11 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
         elif isinstance(value, list):
             granted += [v for v in value if isinstance(v, str)]
     scopes = frozenset(s for s in granted if s in KNOWN_SCOPES)
-    limit = claims.get(COLLECTIONS_CLAIM)
     collections = None
-    if limit is not None:
+    if COLLECTIONS_CLAIM in claims:
+        # Present is limited, whatever its value: a null (an issuer's claim mapper with no value for this user)
+        # is a malformed limit, never "every collection".
+        limit = claims[COLLECTIONS_CLAIM]
         if not isinstance(limit, list) or not all(isinstance(c, str) for c in limit):
             raise InvalidToken("invalid_claims")
         try:

@@ -204,6 +204,21 @@ def test_every_bad_token_is_401_invalid_token_and_reaches_nothing(setup: Setup, 
     assert job_count(engine) == before
 
 
+def test_a_jwt_whose_collections_claim_is_null_is_refused_and_reads_nothing(setup: Setup) -> None:
+    """`"kb_collections": null` (a claim mapper with no value for this user) was read as no limit at all: the
+    token listed and read every collection."""
+    key = setup.auth.keys[0]
+    now = int(time.time())
+    claims = {"iss": setup.auth.issuer, "aud": setup.auth.audience, "sub": "unmapped-user", "exp": now + 300,
+              "scope": "kb:read", "kb_collections": None}
+    token = jwt.encode(claims, key.private, algorithm=key.algorithm, headers={"kid": key.kid})
+    for body in (tool_body("kb_get", {"document_id": setup.docs["secret"]}), tool_body("kb_list", {"limit": 100})):
+        response = post(setup, token, body)
+        assert response.status_code == 401, response.text
+        assert 'error="invalid_token"' in response.headers["WWW-Authenticate"]
+        assert MARKER not in response.text
+
+
 # --- scopes ------------------------------------------------------------------------------------
 
 
