@@ -247,6 +247,16 @@ def test_scp_lists_are_read_as_scopes_and_unknown_scopes_dropped() -> None:
     assert principal.collections is None
 
 
+def test_long_subjects_that_share_their_first_200_characters_are_different_principals() -> None:
+    start = "https://idp.example/users/" + "u" * 200
+    alice, mallory = (principal_from_claims({"sub": start + tail, "scope": "kb:read"}) for tail in ("alice", "mallory"))
+    assert alice.name != mallory.name and alice.owner != mallory.owner
+    assert len(alice.name) == len(mallory.name) == 200  # the engine keeps changed_by to 200 characters
+    assert alice.name.startswith(start[:100])
+    assert principal_from_claims({"sub": "a" * 199}).name == "a" * 199  # shorter ones are kept whole
+    assert principal_from_claims({"sub": alice.name}).name != alice.name  # no subject is another's digest form
+
+
 def test_settings_require_https_or_loopback_and_a_public_url() -> None:
     from kb_bridge.errors import SettingsError
 

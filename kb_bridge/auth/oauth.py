@@ -17,6 +17,7 @@ logged, with the retries) until its keys can be fetched; static tokens keep work
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -46,6 +47,8 @@ MAX_DOCUMENT_BYTES = 1024 * 1024
 # Metadata and key sets are fetched through at most this many redirects (each checked: _redirect_target).
 MAX_REDIRECTS = 3
 COLLECTIONS_CLAIM = "kb_collections"
+# The longest principal name (the engine keeps `changed_by` to 200 characters).
+MAX_NAME = 200
 
 
 class InvalidToken(Exception):
@@ -233,8 +236,20 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
         except ValueError:
             raise InvalidToken("invalid_claims") from None
     client = claims.get("client_id") or claims.get("azp")
-    return Principal(name[:200], scopes=scopes, collections=collections, kind="oauth",
+    return Principal(principal_name(name), scopes=scopes, collections=collections, kind="oauth",
                      extra={"client_id": client} if isinstance(client, str) else {})
+
+
+def principal_name(subject: str) -> str:
+    """A subject as a principal's name, at most MAX_NAME characters and never shared by two subjects: the name
+    owns uploads and tasks and keeps a console session, so cutting long subjects to their first 200 characters
+    made every subject with that start one principal. A shorter subject is its own name; one of MAX_NAME or more
+    keeps its start and ends in a digest of the whole, making exactly MAX_NAME characters, a length no subject
+    kept whole has."""
+    if len(subject) < MAX_NAME:
+        return subject
+    digest = hashlib.sha256(subject.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return subject[: MAX_NAME - len(digest) - 1] + "~" + digest
 
 
 def _same_family(key_algorithm: str, token_algorithm: str) -> bool:

@@ -219,6 +219,22 @@ def test_a_jwt_whose_collections_claim_is_null_is_refused_and_reads_nothing(setu
         assert MARKER not in response.text
 
 
+def test_subjects_sharing_their_first_200_characters_share_no_upload(setup: Setup) -> None:
+    """Principal names were subjects cut to 200 characters, so another subject with the same start owned the
+    first one's uploads (listed them, could finish or cancel them) and its tasks."""
+    start = "https://idp.example/users/" + "u" * 200
+    alice = setup.jwt(sub=start + "alice", scope="kb:read kb:write", kb_collections=[MEM])
+    mallory = setup.jwt(sub=start + "mallory", scope="kb:read kb:write", kb_collections=[MEM])
+    started = post(setup, alice, tool_body("kb_upload_start", {"filename": "alice-only.txt", "total_size": 5, "collection": MEM}))
+    upload_id = started.json()["result"]["structuredContent"]["upload_id"]
+    listed = post(setup, mallory, tool_body("kb_upload_status", {})).json()["result"]["structuredContent"]
+    assert upload_id not in {u["upload_id"] for u in listed["uploads"]}
+    cancelled = post(setup, mallory, tool_body("kb_upload_cancel", {"upload_id": upload_id})).json()
+    assert cancelled["result"]["structuredContent"]["cancelled"] is False  # none of its own: nothing to cancel
+    mine = post(setup, alice, tool_body("kb_upload_status", {"upload_id": upload_id})).json()["result"]
+    assert not mine["isError"] and mine["structuredContent"]["upload_id"] == upload_id
+
+
 # --- scopes ------------------------------------------------------------------------------------
 
 
