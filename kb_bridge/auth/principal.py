@@ -39,13 +39,15 @@ class Principal:
 
     @property
     def owner(self) -> str:
-        """The id that owns uploads and tasks. A static credential (the bridge's key, a tokens-file entry) is
-        one configured entry, owned by its name when that is path-safe. An OAuth subject may hold several
+        """The id that owns uploads and tasks. The bridge's key is owned by its caller id (16 hex digits).
+        Every other principal is owned by a digest (32 hex digits) of its kind and identity, so no name a
+        token is given can equal another kind's owner: a tokens-file entry named "local" owned what the
+        stdio user (LOCAL) staged in the same KB_UPLOAD_DIR, one named like a caller id the key's uploads.
+        A tokens-file entry is one configured entry, its identity its name. An OAuth subject may hold several
         tokens with different scopes and collections (one per client: README, "Authorization"), so it owns
         by subject and authority together: a token limited to one collection never finishes, reads or
-        cancels what a wider token of the same subject started. Namespaced by kind, an OAuth owner never
-        equals a static token's."""
-        if self.kind != "oauth" and _SAFE_OWNER.fullmatch(self.name):
+        cancels what a wider token of the same subject started."""
+        if self.kind == "api_key" and _SAFE_OWNER.fullmatch(self.name):
             return self.name
         identity = self.name
         if self.kind == "oauth":

@@ -681,6 +681,43 @@ async def test_a_collection_limited_kb_status_carries_no_count_of_the_engine(set
     assert "indexes" in whole["engine"] and "documents" in whole["engine"]
 
 
+def stdio_upload_start(env: dict[str, str], filename: str) -> str:
+    """The stdio user (the local principal) starts an upload through `kb-bridge stdio`: its upload id."""
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "kb_upload_start", "arguments": {"filename": filename, "total_size": 5}}},
+    ]
+    done = subprocess.run(START_COMMANDS["stdio"], input="".join(json.dumps(m) + "\n" for m in messages), env=clean_env(env),
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    reply = next(r for r in map(json.loads, done.stdout.splitlines()) if r.get("id") == 2)
+    assert not reply["result"]["isError"], reply
+    return str(reply["result"]["structuredContent"]["upload_id"])
+
+
+def test_a_named_token_called_local_owns_nothing_the_stdio_user_staged(engine: Service, tmp_path: Path) -> None:
+    """A static principal was owned by its bare name, so a tokens-file entry named "local" owned what the stdio
+    user staged in the same KB_UPLOAD_DIR (the default is one directory for both): it listed those uploads and
+    could finish or cancel them."""
+    uploads = str(tmp_path / "uploads")
+    token, entry = token_new("local", "--scopes", "kb:read,kb:write")
+    tokens_file = tmp_path / "tokens.toml"
+    tokens_file.write_text(entry)
+    tokens_file.chmod(0o600)
+    env = {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY, "KB_UPLOAD_DIR": uploads}
+    upload_id = stdio_upload_start(env, "local-diary.txt")
+    bridge = start_bridge(tmp_path, {**env, "KB_MCP_TOKENS_FILE": str(tokens_file)}, workers=1)
+    try:
+        listed = modern_call(bridge.url, token, "kb_upload_status", {})["result"]["structuredContent"]  # type: ignore[index]
+        assert upload_id not in {u["upload_id"] for u in listed["uploads"]}
+        cancelled = modern_call(bridge.url, token, "kb_upload_cancel", {"upload_id": upload_id})
+        assert cancelled["result"]["structuredContent"]["cancelled"] is False  # type: ignore[index]
+    finally:
+        bridge.stop()
+
+
 # --- a tokens file others can write (issue 32, item 14) ---------------------------------------------------
 
 START_COMMANDS = {
