@@ -11,7 +11,10 @@ worker's connection allowance, and everyone else, /healthz included, is answered
 - at most `max_connections` (KB_MAX_CONNECTIONS) are open at once; a new connection beyond that closes the
   oldest one that has no request in progress (idle, or still sending its head), so slow or idle clients
   can never lock out a new one; only when every connection has a request in progress is a new request
-  answered 503 (uvicorn's own bound, set one above).
+  answered 503 (uvicorn's own bound, set one above);
+- a request head may be at most MAX_HEAD_BYTES, else 431 and the connection is closed. httptools puts no
+  bound on it: a bearer token of 84 MB, sent within the head timeout, took a worker to 253 MiB (and kept
+  169 MiB), before any auth could refuse it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _TIMEOUT_ANSWER = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_HEAD_TOO_LARGE_ANSWER = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+# The largest request head (request line and headers): a JWT the bridge checks is at most 16 KiB
+# (auth/oauth.py looks_like_jwt), proxies' defaults are 8-32 KiB; this leaves room for both together.
+MAX_HEAD_BYTES = 64 * 1024
 
 
 class Limits:
@@ -41,6 +48,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._busy = False  # a request is in progress (its head has arrived, its answer is not done)
         self._since = time.monotonic()
+        self._head_done = False  # the current request's head has been parsed
+        self._head_bytes = 0  # bytes received while it had not
 
     # --- connections ----------------------------------------------------------------------------
 
@@ -68,6 +77,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     # --- the request head --------------------------------------------------------------------------
 
+    def data_received(self, data: bytes) -> None:
+        # Counted per received piece, before httptools holds it: a head still unfinished past the bound is
+        # refused, so a connection holds at most the bound and one piece (a piece that also carries the
+        # head's end and body bytes is parsed first, and the head is then done).
+        if not self._head_done:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if not self._head_done and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+            self._disarm()
+            self.transport.write(_HEAD_TOO_LARGE_ANSWER)
+            self.transport.close()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._since = time.monotonic()
@@ -75,6 +96,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._arm(self.limits.header_timeout)
 
     def on_headers_complete(self) -> None:
+        self._head_done = True
         self._busy = True
         self._arm(self.limits.body_timeout)
         super().on_headers_complete()
@@ -83,6 +105,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._head_done, self._head_bytes = False, 0  # the next request's head is counted afresh
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

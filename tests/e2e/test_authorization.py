@@ -14,6 +14,7 @@ import hmac
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -233,6 +234,36 @@ def test_subjects_sharing_their_first_200_characters_share_no_upload(setup: Setu
     assert cancelled["result"]["structuredContent"]["cancelled"] is False  # none of its own: nothing to cancel
     mine = post(setup, alice, tool_body("kb_upload_status", {"upload_id": upload_id})).json()["result"]
     assert not mine["isError"] and mine["structuredContent"]["upload_id"] == upload_id
+
+
+def test_a_huge_bearer_token_is_refused_431_before_the_worker_holds_it(setup: Setup) -> None:
+    """httptools bounds no request head: an 84 MB bearer token, sent within the head timeout, took a worker to
+    253 MiB before auth could refuse it. Past 64 KiB the head is 431 and the connection closed, long before
+    the token is all sent; the bridge goes on answering."""
+    port = int(setup.bridge.url.rsplit(":", 1)[1])
+    sent = 0
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer ")
+        deadline = time.monotonic() + 30
+        try:
+            while sent < 64 * 1024 * 1024 and time.monotonic() < deadline:
+                sock.sendall(b"a" * 65536)
+                sent += 65536
+        except OSError:
+            pass  # the bridge closed the connection: what is wanted
+        sock.settimeout(10)
+        try:
+            answer = sock.recv(200)
+        except OSError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 431"), (answer, sent)
+    assert sent < 16 * 1024 * 1024, sent  # refused long before the token was all sent
+    response = post(setup, setup.jwt(scope="kb:read"), tool_body("kb_collections", {}))
+    assert response.status_code == 200
+    # A head just inside the bound is still read and answered (a 401 for a token nobody configured).
+    near = post(setup, "x" * (60 * 1024), tool_body("kb_collections", {}))
+    assert near.status_code == 401
 
 
 # --- scopes ------------------------------------------------------------------------------------
