@@ -511,6 +511,35 @@ def test_a_task_is_unknown_to_another_principal_and_outside_a_limited_ones_reach
     assert not calls_to(engine, "DELETE", "/jobs/8")
 
 
+def test_a_large_note_tasks_hints_need_kb_read_and_the_collection_when_read_again(
+    bridge: Bridge, engine: responses.RequestsMock,
+) -> None:
+    """A tokens-file entry keeps its tasks when the file narrows it (its owner is its name), and a note may move:
+    the hints, other notes' titles and text, were searched again in the collection the task was made in for any
+    caller who still owned it, without kb:read or a view of that collection."""
+    from kb_bridge.auth.principal import Principal
+    from kb_bridge.tools import tasks
+    from kb_bridge.tools.spec import ToolContext
+
+    hint = chunk(77, 31, text="the door code is 4711", score=0.9, title="door")
+    engine.get(f"{API}/jobs/8", json=job(8, status="done", document_id=55, tags=["collection:memory"]))
+    engine.get(f"{API}/documents/55", json=document(55, content="the note's text", tags=["collection:documents"]))
+    engine.post(f"{API}/search", json=search_response(hint, mode="vector"))
+    reference = {"job_id": 8, "collection": "memory", "duplicate_of": None, "hinted": True}
+    ref = TaskRef(Principal("agent", kind="token").owner, "kb_addnote", 8, reference, "2026-01-01T00:00:00Z", whole=False)
+
+    def similar(principal: Principal) -> list[dict[str, Any]]:
+        context = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=principal)
+        state = tasks.read(context, ref)
+        assert state.result is not None
+        return list(state.result["similar"])
+
+    assert [s["document_id"] for s in similar(Principal("agent", kind="token"))] == [31]
+    assert similar(Principal("agent", scopes=frozenset({"kb:write"}), kind="token")) == []  # kb:read taken away
+    assert similar(Principal("agent", collections=frozenset({"documents"}), kind="token")) == []  # memory taken away
+    assert len(calls_to(engine, "POST", "/search")) == 1
+
+
 async def test_an_engine_failure_while_reading_is_a_protocol_error_to_retry(modern: Client, engine: responses.RequestsMock) -> None:
     engine.post(f"{API}/jobs", status=202, json=note_job())
     engine.get(f"{API}/jobs/8", status=503, json={"error": {"code": "not_ready", "message": "starting"}})

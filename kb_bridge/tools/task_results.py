@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kb_bridge import shapes
+from kb_bridge.credentials.scopes import READ
 from kb_bridge.errors import KbError, NotFound
 from kb_bridge.tools import reach
 from kb_bridge.tools.similar import similar_notes
@@ -61,8 +62,11 @@ def _addnote(ctx: ToolContext, ref: Result, job: dict[str, Any]) -> Result:
 
 
 def _hints(ctx: ToolContext, collection: str, document_id: int | None) -> list[dict[str, Any]]:
-    """The near-duplicate hints searched again from the note's text (as similar_notes, none when it fails)."""
-    if document_id is None:
+    """The near-duplicate hints searched again from the note's text (as similar_notes, none when it fails). They
+    are other notes' titles and text, so the caller must still read that collection now: a tokens-file entry
+    keeps its tasks when its scopes or collections change (the restart reads them again), and the note may have
+    moved since, where job_visible follows it."""
+    if document_id is None or not ctx.principal.can(READ) or not ctx.principal.sees(collection):
         return []
     try:
         text = shapes.document(ctx.engine.get_document(document_id), full=True)["content"]
