@@ -257,6 +257,15 @@ def test_long_subjects_that_share_their_first_200_characters_are_different_princ
     assert principal_from_claims({"sub": alice.name}).name != alice.name  # no subject is another's digest form
 
 
+@pytest.mark.parametrize("separator", ["\u00a0", "\u3000", "\u2028", "\x1f", "\t", "\n"])
+def test_a_scope_claim_is_split_at_spaces_only(separator: str) -> None:
+    """One scope an issuer granted as it was asked for ("kb:read<U+00A0>kb:delete") is no kb:* scope; str.split()
+    made it kb:read and kb:delete."""
+    principal = principal_from_claims({"sub": "alice", "scope": f"kb:read{separator}kb:delete"})
+    assert principal.scopes == frozenset()
+    assert principal_from_claims({"sub": "alice", "scope": " kb:read  kb:delete "}).scopes == {"kb:read", "kb:delete"}
+
+
 def test_settings_require_https_or_loopback_and_a_public_url() -> None:
     from kb_bridge.errors import SettingsError
 

@@ -220,7 +220,9 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
     for claim in ("scope", "scp"):
         value = claims.get(claim)
         if isinstance(value, str):
-            granted += value.split()
+            # Separated by spaces (U+0020) only (RFC 6749 section 3.3): str.split() also splits at U+00A0, U+3000
+            # and the other Unicode spaces, which would turn one odd scope an issuer granted into kb:* ones.
+            granted += [s for s in value.split(" ") if s]
         elif isinstance(value, list):
             granted += [v for v in value if isinstance(v, str)]
     scopes = frozenset(s for s in granted if s in KNOWN_SCOPES)

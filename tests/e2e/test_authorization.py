@@ -299,6 +299,15 @@ def test_a_call_without_its_scope_is_403_step_up(setup: Setup, engine: Service, 
     assert job_count(engine) == before
 
 
+def test_a_scope_claim_holding_another_kind_of_space_grants_no_kb_scope(setup: Setup, engine: Service) -> None:
+    """A scope claim of "kb:read<U+00A0>kb:delete" (one scope, as an issuer that passes requested scopes through
+    grants it) was split at the no-break space into kb:read and kb:delete."""
+    token = setup.jwt(scope="kb:read\u00a0kb:delete")
+    response = post(setup, token, tool_body("kb_delete", {"document_id": setup.docs["mem2"]}))
+    assert response.status_code == 403
+    assert engine_document(engine, setup.docs["mem2"]) is not None
+
+
 def test_delete_needs_kb_delete_and_the_document_stays(setup: Setup, engine: Service) -> None:
     response = post(setup, setup.jwt(scope="kb:read kb:write"), tool_body("kb_delete", {"document_id": setup.docs["mem2"]}))
     assert response.status_code == 403
