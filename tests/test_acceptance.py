@@ -16,6 +16,7 @@ import pytest
 import responses
 from mcp import Client
 
+from kb_bridge.auth.principal import LOCAL
 from kb_bridge.runtime import Bridge
 from kb_bridge.testing.fake_engine import API
 from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job, search_response
@@ -251,7 +252,7 @@ async def test_upload_start_creates_staging_entry_and_id(client: Client, bridge:
     result = await client.call_tool("kb_upload_start", args)
     upload_id = result.structured_content["upload_id"]
     assert len(upload_id) == 32
-    staged = bridge.uploads.get(upload_id, "local")
+    staged = bridge.uploads.get(upload_id, LOCAL.owner)
     assert staged.filename == "report.pdf" and staged.tags == ["collection:documents", "insurance"]
 
 
@@ -262,7 +263,7 @@ async def test_upload_chunks_in_sequence_are_stored_and_tracked(client: Client, 
     second = await client.call_tool("kb_upload_chunk", {"upload_id": upload_id, "data": _b64(b"def"), "chunk_index": 1})
     assert first.structured_content["received_bytes"] == 3
     assert second.structured_content["received_bytes"] == 6
-    assert b"".join(bridge.uploads.read_chunks(upload_id, "local", 2)) == b"abcdef"
+    assert b"".join(bridge.uploads.read_chunks(upload_id, LOCAL.owner, 2)) == b"abcdef"
 
 
 async def test_upload_finish_forwards_multipart_with_tags(client: Client, engine: responses.RequestsMock) -> None:

@@ -17,6 +17,7 @@ import responses
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from kb_bridge.auth.principal import LOCAL
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
 
@@ -290,8 +291,8 @@ async def test_unknown_forged_and_other_principals_ids_are_unknown(modern: Clien
     engine.get(f"{API}/jobs/8", json=note_job())
     key = task_key(bridge.settings)
     theirs = encode(TaskRef("someone-else", "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
-    ours = encode(TaskRef("local", "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
-    forged = encode(TaskRef("local", "kb_addnote", 9, {"job_id": 9}, "2026-01-01T00:00:00Z"), b"x" * 32)
+    ours = encode(TaskRef(LOCAL.owner, "kb_addnote", 8, {"job_id": 8}, "2026-01-01T00:00:00Z"), key)
+    forged = encode(TaskRef(LOCAL.owner, "kb_addnote", 9, {"job_id": 9}, "2026-01-01T00:00:00Z"), b"x" * 32)
     edited = ours[:20] + ("A" if ours[20] != "A" else "B") + ours[21:]
     for task_id in ("tasks-conformance-nonexistent-12345", theirs, forged, edited):
         with pytest.raises(MCPError) as unknown:
