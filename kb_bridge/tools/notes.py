@@ -57,8 +57,10 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
     user_tags = collection_tags.check_user_tags(args.tags)
     body: dict[str, Any] = {"text": args.text, "tags": collection_tags.tags_with_collection(collection, user_tags),
                             "changed_by": ctx.principal.name}
-    if not args.allow_duplicate:
-        # The engine refuses, atomically, a second note with the same normalised text in the collection.
+    if not args.allow_duplicate and ctx.principal.can(READ):
+        # The engine refuses, atomically, a second note with the same normalised text in the collection. Its
+        # answer names the note that has it, so a caller that may not read is never checked against what is
+        # there: `duplicate_of` would confirm any text it guessed (and give its id).
         body["unique_in"] = collection_tags.tag_for(collection)
     for key in ("title", "source_path"):
         value = getattr(args, key)

@@ -1002,6 +1002,12 @@ def test_a_write_only_token_reads_nothing_through_its_writes(setup: Setup) -> No
     assert [s["document_id"] for s in as_reader["similar"]] == [note]  # the hints work for a reader
     added = modern_call(setup.bridge.url, writer, "kb_addnote", {**probe, "text": text + "?"})["result"]["structuredContent"]  # type: ignore[index]
     assert added["document_id"] and added["similar"] == []
+    # Nor is it told that a text it guesses is there (duplicate_of, and the note's id): its note is added.
+    guessed = modern_call(setup.bridge.url, writer, "kb_addnote", {"text": text, "collection": place, "wait": True})
+    guess = guessed["result"]["structuredContent"]  # type: ignore[index]
+    assert guess["duplicate_of"] is None and guess["document_id"] not in (None, note), guess
+    assert modern_call(setup.bridge.url, reader, "kb_addnote", {"text": text, "collection": place})[
+        "result"]["structuredContent"]["duplicate_of"] in (note, guess["document_id"])  # type: ignore[index]
     moved = modern_call(setup.bridge.url, writer, "kb_update_note", {"document_id": note, "collection": place})
     answer = moved["result"]["structuredContent"]  # type: ignore[index]
     assert set(answer) <= {"id", "version", "updated_at", "collection"} and answer["id"] == note
