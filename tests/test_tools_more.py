@@ -426,6 +426,31 @@ async def test_update_tags_of_a_note_changed_since_is_a_conflict(client: Client,
     assert not calls_to(engine, "PATCH", "/documents/42/tags")
 
 
+def test_a_limited_tokens_update_holds_to_the_version_it_found_in_its_collection(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """A limited token's update read the note (in its collection), then wrote unconditionally: a note another
+    caller moved out meanwhile was changed where the token may not write. Its writes carry the version read."""
+    from kb_bridge.errors import Conflict
+    from kb_bridge.tools import notes
+
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    engine.get(f"{API}/documents/42", json=document(42, version=3, tags=["collection:mem", "old"]))
+    engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:secret", "old"]))  # moved meanwhile
+    engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:secret", "new"], "version": 5})
+    refused = None
+    try:
+        notes.update_note(ctx, notes.UpdateNoteArguments(document_id=42, tags=("new",)))
+    except Conflict as exc:
+        refused = exc
+    assert not calls_to(engine, "PATCH", "/documents/42/tags")  # the note in secret was never retagged
+    assert refused is not None and refused.code == "CONFLICT"
+
+    engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:mem"]))  # back again
+    engine.patch(f"{API}/notes/42", json=document(42, version=5, tags=["collection:mem"]))
+    notes.update_note(ctx, notes.UpdateNoteArguments(document_id=42, text="new text"))
+    assert calls_to(engine, "PATCH", "/notes/42")[0].request.headers["If-Match"] == '"4"'
+
+
 async def test_a_move_without_the_tags_patch_removes_first_and_puts_the_old_collection_back_if_the_add_fails(
         client: Client, engine: responses.RequestsMock) -> None:
     # An engine without PATCH /documents/{id}/tags that refuses the new collection tag: its tags as they change.

@@ -96,9 +96,15 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
         reach.require_writable(ctx.principal, new_collection)
     # A limited token reads the note first (elsewhere: NOT_FOUND, as if missing); a move alone reuses that read.
     seen = reach.visible_document(ctx.engine, ctx.principal, document_id) if ctx.principal.limited else None
+    if seen is not None and expected is None:
+        # Each write below is then conditional on the version found in the token's reach (the engine's If-Match):
+        # a note another caller moves out of it meanwhile (a move raises the version) is a CONFLICT, never
+        # written where this token may not write.
+        expected = shapes.document(seen)["version"]
     if changes:
         document = _patch(ctx, document_id, {**changes, "changed_by": ctx.principal.name}, expected)
-        expected = None  # the version check was done by the engine, atomically
+        # The version check was done by the engine, atomically; a limited token's next step holds to this one.
+        expected = document["version"] if seen is not None else None
     else:
         document = shapes.document(seen if seen is not None else ctx.engine.get_document(document_id))
         if document["doc_type"] not in (None, "note"):
@@ -107,7 +113,7 @@ def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
         raise version_conflict(document["version"])
     if tags is not None:
         document = retag(ctx, document_id, tags, expected)
-        expected = None  # checked by the engine's If-Match
+        expected = document["version"] if seen is not None else None  # checked by the engine's If-Match
     if new_collection is not None and document["collection"] != new_collection:
         document = move(ctx, document_id, new_collection, expected)
     return document if ctx.principal.can(READ) else _as_written(document, args)
