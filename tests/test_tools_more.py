@@ -429,26 +429,40 @@ async def test_update_tags_of_a_note_changed_since_is_a_conflict(client: Client,
 def test_a_limited_tokens_update_holds_to_the_version_it_found_in_its_collection(
         bridge: Bridge, engine: responses.RequestsMock) -> None:
     """A limited token's update read the note (in its collection), then wrote unconditionally: a note another
-    caller moved out meanwhile was changed where the token may not write. Its writes carry the version read."""
-    from kb_bridge.errors import Conflict
+    caller moved out meanwhile was changed where the token may not write. Its writes carry the version read; the
+    conflict is tried again from a fresh read, where the note moved out is NOT_FOUND (as for a missing note)."""
+    from kb_bridge.errors import NotFound
     from kb_bridge.tools import notes
 
     ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
     engine.get(f"{API}/documents/42", json=document(42, version=3, tags=["collection:mem", "old"]))
     engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:secret", "old"]))  # moved meanwhile
     engine.patch(f"{API}/documents/42/tags", json={"id": 42, "tags": ["collection:secret", "new"], "version": 5})
-    refused = None
-    try:
+    with pytest.raises(NotFound):
         notes.update_note(ctx, notes.UpdateNoteArguments(document_id=42, tags=("new",)))
-    except Conflict as exc:
-        refused = exc
     assert not calls_to(engine, "PATCH", "/documents/42/tags")  # the note in secret was never retagged
-    assert refused is not None and refused.code == "CONFLICT"
 
+    engine.reset()
     engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:mem"]))  # back again
     engine.patch(f"{API}/notes/42", json=document(42, version=5, tags=["collection:mem"]))
     notes.update_note(ctx, notes.UpdateNoteArguments(document_id=42, text="new text"))
     assert calls_to(engine, "PATCH", "/notes/42")[0].request.headers["If-Match"] == '"4"'
+
+
+def test_a_limited_tokens_update_that_meets_another_change_in_its_collection_lands_on_a_fresh_read(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """Without expected_version a limited token asked for no version check: the one it holds to (above) meeting
+    another caller's change is tried again from a fresh read, and lands as an unlimited token's update does."""
+    from kb_bridge.tools import notes
+
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    engine.get(f"{API}/documents/42", json=document(42, version=3, tags=["collection:mem"]))
+    engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:mem"]))  # another caller's edit
+    engine.patch(f"{API}/notes/42", status=412, json={"error": {"code": "precondition_failed", "message": "stale"}})
+    engine.patch(f"{API}/notes/42", json=document(42, version=5, tags=["collection:mem"]))
+    result = notes.update_note(ctx, notes.UpdateNoteArguments(document_id=42, text="new text"))
+    assert result["version"] == 5
+    assert [c.request.headers["If-Match"] for c in calls_to(engine, "PATCH", "/notes/42")] == ['"3"', '"4"']
 
 
 async def test_a_move_without_the_tags_patch_removes_first_and_puts_the_old_collection_back_if_the_add_fails(
