@@ -169,6 +169,7 @@ class DerivedIndexes:
 
     def catch_up(self) -> int:
         """Apply the log's new entries to the indexes; returns how many were read."""
+        self._rebuild_text_if_forgotten()
         start = self._text_position if self.vectors is None else min(self._text_position, self._vector_position)
         read = 0
         while True:
@@ -187,6 +188,20 @@ class DerivedIndexes:
             self._maybe_save_vectors()
             self._prune()
         return read
+
+    def _rebuild_text_if_forgotten(self) -> None:
+        """Rebuild the text index when the log no longer holds entries it has not applied. On SQLite this
+        process alone prunes, never past its own position; on PostgreSQL a replica starting forgets entries
+        older than a week (postgres/index_log.forget_before), which a replica that has run all along without a
+        search or a write since has not applied: reading on from its position would skip them for good."""
+        assert self.text is not None
+        with self.db.snapshot() as conn:
+            if self._text_position >= self.log.pruned_through(conn):
+                return
+            logger.warning("the change log no longer holds changes this full-text index has not applied "
+                           "(position %d); rebuilding it", self._text_position)
+            self._rebuild_text(conn)
+        self._text_position = int(self.text.position or 0)
 
     def _apply_text(self, conn: Any, changes: Sequence[tuple[int, str, int]]) -> None:
         assert self.text is not None

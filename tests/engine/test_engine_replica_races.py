@@ -1,0 +1,73 @@
+"""Replicas on one PostgreSQL database, through the store, where an interleaving can be forced: two PostgresStores
+(two replicas, each with its own data directory and full-text index) on a real PostgreSQL 18
+(kb_bridge/testing/postgres.py), and a raw connection where a test must change what only time would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from kb_bridge.local_engine.store.base import DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
+from kb_bridge.local_engine.store.postgres import PostgresStore, index_log
+from kb_bridge.testing.postgres import PostgresServer
+
+NOW = "2026-01-01T00:00:00.000Z"
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[Callable[[str], PostgresStore]]:
+    """replica(name) -> an open PostgresStore on one fresh database, with its own data directory."""
+    url = postgres_server.new_database()
+    opened: list[PostgresStore] = []
+
+    def replica(name: str) -> PostgresStore:
+        data = tmp_path / name
+        (data / "uploads").mkdir(parents=True)
+        store = PostgresStore(url, data, data / "uploads")
+        store.open()
+        opened.append(store)
+        return store
+
+    replica.url = url  # type: ignore[attr-defined]
+    yield replica
+    for store in opened:
+        store.close()
+
+
+def add_note(store: PostgresStore, text: str) -> int:
+    """Queue, claim and store a note on this replica; its document id."""
+    job, created = store.submit(Submission("note", {"text": text}), None, NOW)
+    assert created
+    claimed = store.claim_job(NOW)
+    assert claimed is not None and claimed.id == job["id"]
+    document = NewDocument(text[:20], "note", None, len(text), "0" * 64, text, ())
+    stored = store.complete_jobs([FinishedJob(claimed.id, document, PreparedChunks([text], None))], NOW)
+    return stored[claimed.id]
+
+
+def found(store: PostgresStore, word: str) -> set[int]:
+    return {chunk_id for chunk_id, _ in store.search_text(word, DocumentFilter(), 100)}
+
+
+def test_a_replica_idle_while_another_forgets_old_log_entries_still_finds_what_they_logged(
+        replicas: Callable[[str], PostgresStore]) -> None:
+    """The log keeps a week: a replica that starts drops older entries. A replica that has run all along
+    without a search or a write for that week has not applied them; it must not skip them (it rebuilds)."""
+    a, b = replicas("a"), replicas("b")
+    add_note(a, "an early note about herons")
+    assert found(a, "herons") and found(b, "herons")
+    # B writes while A is idle; a week passes; a replica starting (C) forgets entries older than a week.
+    add_note(b, "a later note about zebras")
+    with psycopg.connect(replicas.url, autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE index_log SET logged_at = now() - interval '8 days'")
+    c = replicas("c")
+    with c.db.snapshot() as conn:
+        assert index_log.pruned_through(conn) > a.indexes.position  # entries A never applied are gone
+    assert found(c, "zebras")
+    assert found(a, "zebras"), "the idle replica's full-text index skipped the entries another replica forgot"
+    assert found(a, "herons")
+
