@@ -71,3 +71,27 @@ def test_a_replica_idle_while_another_forgets_old_log_entries_still_finds_what_t
     assert found(a, "zebras"), "the idle replica's full-text index skipped the entries another replica forgot"
     assert found(a, "herons")
 
+
+def test_a_job_a_replica_took_back_from_itself_is_stored_once_when_both_runs_finish_together(
+        replicas: Callable[[str], PostgresStore]) -> None:
+    """A replica that could not renew its lease (the database away for longer than a lease) claims its own
+    job again when the database is back: expired leases are claimed first, its own included. Both runs of
+    the job can then finish in one window and reach one store transaction: the job must yield one document."""
+    a = replicas("a")
+    job, _ = a.submit(Submission("note", {"text": "a note about ospreys"}), None, NOW)
+    first = a.claim_job(NOW)
+    assert first is not None and first.id == job["id"]
+    with psycopg.connect(replicas.url, autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE jobs SET lease_expires = now() - interval '1 second' WHERE id = %s", (first.id,))
+    second = a.claim_job(NOW)
+    assert second is not None and second.id == first.id
+    document = NewDocument("ospreys", "note", None, 20, "0" * 64, "a note about ospreys", ())
+    finished = [FinishedJob(claimed.id, document, PreparedChunks(["a note about ospreys"], None))
+                for claimed in (first, second)]
+    stored = a.complete_jobs(finished, NOW)
+    assert list(stored) == [first.id]
+    with psycopg.connect(replicas.url, autocommit=True) as conn:  # type: ignore[attr-defined]
+        documents = conn.execute("SELECT id FROM documents").fetchall()
+        done = conn.execute("SELECT status, document_id FROM jobs WHERE id = %s", (first.id,)).fetchone()
+    assert len(documents) == 1, f"one job, {len(documents)} documents"
+    assert done == ("done", documents[0][0])

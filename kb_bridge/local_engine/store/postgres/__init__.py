@@ -199,7 +199,15 @@ class PostgresStore(SqlReads, SqlWrites):
     def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
         stored: dict[int, int] = {}
         with self._changing() as conn:
-            mine = [item for item in finished if jobs.take_for_completion(conn, item.job_id, self.replica)]
+            # A job appears here twice when this replica claimed it again after its own lease ran out (the
+            # database away for longer than a lease) and both runs finished together: the lock taken for the
+            # first says nothing about the second, which would store a second document. One run is stored.
+            mine: list[FinishedJob] = []
+            taken: set[int] = set()
+            for item in finished:
+                if item.job_id not in taken and jobs.take_for_completion(conn, item.job_id, self.replica):
+                    mine.append(item)
+                    taken.add(item.job_id)
             ids = documents.insert_documents(conn, [item.document for item in mine], now)
             for item, doc_id in zip(mine, ids, strict=True):
                 chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
