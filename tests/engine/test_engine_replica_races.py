@@ -11,8 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from kb_bridge.local_engine.errors import StoreUnavailable
 from kb_bridge.local_engine.store.base import DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
-from kb_bridge.local_engine.store.postgres import PostgresStore, index_log
+from kb_bridge.local_engine.store.postgres import PostgresStore, index_log, jobs
 from kb_bridge.testing.postgres import PostgresServer
 
 NOW = "2026-01-01T00:00:00.000Z"
@@ -95,3 +96,30 @@ def test_a_job_a_replica_took_back_from_itself_is_stored_once_when_both_runs_fin
         done = conn.execute("SELECT status, document_id FROM jobs WHERE id = %s", (first.id,)).fetchone()
     assert len(documents) == 1, f"one job, {len(documents)} documents"
     assert done == ("done", documents[0][0])
+
+
+def test_a_claim_whose_upload_cannot_be_fetched_leaves_the_job_to_be_run_again(
+        replicas: Callable[[str], PostgresStore], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A replica takes a file another replica took in, and the database goes away while it fetches the
+    bytes: the claim fails, and the job must not stay `running` under a lease this replica renews for ever
+    (it ran nowhere until the replica restarted)."""
+    a, b = replicas("a"), replicas("b")
+    staged = a.uploads_dir / "upload.txt"
+    staged.write_text("a file about kingfishers")
+    job, _ = a.submit(Submission("file", {"doc_type": "txt", "size": 24, "sha256": "0" * 64}, filename="k.txt",
+                                 staged_path="upload.txt"), None, NOW)
+
+    def away(conn: object, job_id: int) -> Iterator[bytes]:
+        raise StoreUnavailable("PostgreSQL is unavailable: the test took it away")
+        yield b""
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jobs, "upload_parts", away)
+        with pytest.raises(StoreUnavailable):
+            b.claim_job(NOW)
+    # Before: `running` under B's lease, which B's lease keeper renewed for ever; no replica took it.
+    assert b.get_job(int(str(job["id"])))["status"] == "queued"
+    assert not list(b.uploads_dir.iterdir())  # no partial file left
+    again = b.claim_job(NOW)
+    assert again is not None and again.id == job["id"]
+    assert (b.uploads_dir / "upload.txt").read_text() == "a file about kingfishers"

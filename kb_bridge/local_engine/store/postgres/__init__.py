@@ -178,7 +178,16 @@ class PostgresStore(SqlReads, SqlWrites):
             return None
         self._hold(int(row["id"]), True)
         if row["staged_path"]:
-            self._fetch_upload(int(row["id"]), self.uploads_dir / str(row["staged_path"]))
+            try:
+                self._fetch_upload(int(row["id"]), self.uploads_dir / str(row["staged_path"]))
+            except BaseException:
+                # No thread runs the job now: held, its lease would be renewed for ever and no replica would
+                # run it. Put it back; if the database is away for that too, the lease (no longer renewed)
+                # runs out and any replica takes the job over.
+                with contextlib.suppress(StoreUnavailable):
+                    self.requeue_job(int(row["id"]))
+                self._hold(int(row["id"]), False)
+                raise
         payload: dict[str, Any] = json.loads(row["payload"] or "{}")
         return ClaimedJob(id=int(row["id"]), type=row["type"], filename=row["filename"], payload=payload,
                           staged_path=row["staged_path"], priority=int(row["priority"]))
