@@ -5,14 +5,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from kb_bridge.local_engine.errors import StoreUnavailable
-from kb_bridge.local_engine.store.base import DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
+from kb_bridge.local_engine.ingest.reading import read_job
+from kb_bridge.local_engine.store.base import ClaimedJob, DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
 from kb_bridge.local_engine.store.postgres import PostgresStore, index_log, jobs
 from kb_bridge.testing.postgres import PostgresServer
 
@@ -123,3 +126,29 @@ def test_a_claim_whose_upload_cannot_be_fetched_leaves_the_job_to_be_run_again(
     again = b.claim_job(NOW)
     assert again is not None and again.id == job["id"]
     assert (b.uploads_dir / "upload.txt").read_text() == "a file about kingfishers"
+
+
+def test_a_file_claimed_the_moment_its_upload_commits_is_still_there_to_read(
+        replicas: Callable[[str], PostgresStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replica that takes in an upload keeps its bytes in the database and drops its own copy. Its files
+    thread, claiming as fast as a flood comes in, can take the job between the commit and that drop: the
+    claim finds the copy still there and keeps it, and the drop then takes the file from under the read
+    (the job failed: "the uploaded file is missing")."""
+    a = replicas("a")
+    (a.uploads_dir / "upload.txt").write_text("a file about grebes")
+    claimed: list[ClaimedJob | None] = []
+    write = a.db.write
+
+    @contextlib.contextmanager
+    def write_then_claim() -> Iterator[Any]:
+        with write() as conn:
+            yield conn
+        monkeypatch.setattr(a.db, "write", write)  # the submit's transaction has committed: claim now
+        claimed.append(a.claim_job(NOW))
+
+    monkeypatch.setattr(a.db, "write", write_then_claim)
+    job, _ = a.submit(Submission("file", {"doc_type": "txt", "size": 19, "sha256": "0" * 64}, filename="g.txt",
+                                 staged_path="upload.txt"), None, NOW)
+    assert claimed and claimed[0] is not None and claimed[0].id == job["id"]
+    document = read_job(claimed[0], a.uploads_dir)
+    assert document.content == "a file about grebes"

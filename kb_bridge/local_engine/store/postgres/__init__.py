@@ -164,10 +164,13 @@ class PostgresStore(SqlReads, SqlWrites):
             if idempotency is not None:
                 jobs.remember_idempotency_key(conn, idempotency.key, idempotency.body_sha256, job_id,
                                               str(job["created_at"]))
-        if submission.staged_path:
-            # The bytes are in the database now; whichever replica runs the job fetches them (claim_job), so
-            # no replica keeps a copy for a job another one ran.
-            (self.uploads_dir / submission.staged_path).unlink(missing_ok=True)
+            if submission.staged_path:
+                # The bytes are in the database; whichever replica runs the job fetches them (claim_job), so
+                # no replica keeps a copy for a job another one ran. Dropped before the commit: once the job
+                # is committed this replica's files thread may claim it at once, keep the copy it finds here
+                # and read it, and a drop after the commit took the file from under that read. (A commit
+                # that fails leaves no job; the caller drops the upload then anyway.)
+                (self.uploads_dir / submission.staged_path).unlink(missing_ok=True)
         return job, True
 
     def claim_job(self, now: str, priorities: Collection[int] | None = None,
