@@ -16,7 +16,7 @@ import pytest
 from kb_bridge.local_engine.errors import StoreUnavailable
 from kb_bridge.local_engine.ingest.reading import read_job
 from kb_bridge.local_engine.store.base import ClaimedJob, DocumentFilter, FinishedJob, NewDocument, PreparedChunks, Submission
-from kb_bridge.local_engine.store.postgres import PostgresStore, index_log, jobs
+from kb_bridge.local_engine.store.postgres import PostgresStore, index_log, jobs, note_keys
 from kb_bridge.testing.postgres import PostgresServer
 
 NOW = "2026-01-01T00:00:00.000Z"
@@ -152,3 +152,34 @@ def test_a_file_claimed_the_moment_its_upload_commits_is_still_there_to_read(
     assert claimed and claimed[0] is not None and claimed[0].id == job["id"]
     document = read_job(claimed[0], a.uploads_dir)
     assert document.content == "a file about grebes"
+
+
+def test_a_duplicate_key_let_go_while_a_new_note_reads_its_holder_is_taken_by_the_new_note(
+        replicas: Callable[[str], PostgresStore]) -> None:
+    """A note queued `unique_in` a collection meets the key of an equal note (its INSERT finds the row), and
+    before it reads who holds the key, that note is deleted or changed on another replica (the key goes):
+    the new note must take the key, not fail with an internal error."""
+    a = replicas("a")
+    add_note(a, "placeholder")  # a job and document for the key's holder
+    key = ("collection:birds", "k" * 64)
+    with a.db.write() as conn:
+        conn.execute("INSERT INTO note_keys (scope, text_key, job_id, document_id) VALUES (%s, %s, 1, 1)", key)
+
+    class LetGoAfterInsert:
+        """The submitting transaction's connection; the holder lets go right after its INSERT."""
+
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str, params: Any = None) -> Any:
+            cursor = self.conn.execute(sql, params)
+            if sql.startswith("INSERT INTO note_keys") and cursor.rowcount == 0:
+                with psycopg.connect(replicas.url, autocommit=True) as other:  # type: ignore[attr-defined]
+                    other.execute("DELETE FROM note_keys WHERE scope = %s AND text_key = %s", key)
+            return cursor
+
+    with a.db.write() as conn:
+        assert note_keys.take(LetGoAfterInsert(conn), *key) is None  # free: the new note holds it now
+    with a.db.snapshot() as conn:
+        assert conn.execute("SELECT job_id, document_id FROM note_keys WHERE scope = %s AND text_key = %s",
+                            key).fetchone() == (None, None)

@@ -12,15 +12,19 @@ def take(conn: Any, scope: str, text_key: str) -> tuple[int | None, int | None] 
     """Take the key for a note about to be queued: None when it was free (now held, job still to be set),
     else (job id, document id) of the note that holds it. A key whose job ended without storing its note
     (failed or cancelled) is free (older engines kept a cancelled job's key for ever)."""
-    conn.execute("DELETE FROM note_keys WHERE scope = %s AND text_key = %s AND document_id IS NULL "
-                 "AND job_id IN (SELECT id FROM jobs WHERE status IN ('failed', 'cancelled'))", (scope, text_key))
-    taken = conn.execute("INSERT INTO note_keys (scope, text_key) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                         (scope, text_key)).rowcount
-    if taken:
-        return None
-    row = conn.execute("SELECT job_id, document_id FROM note_keys WHERE scope = %s AND text_key = %s",
-                       (scope, text_key)).fetchone()
-    return (row[0], row[1])
+    while True:
+        conn.execute("DELETE FROM note_keys WHERE scope = %s AND text_key = %s AND document_id IS NULL "
+                     "AND job_id IN (SELECT id FROM jobs WHERE status IN ('failed', 'cancelled'))", (scope, text_key))
+        taken = conn.execute("INSERT INTO note_keys (scope, text_key) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                             (scope, text_key)).rowcount
+        if taken:
+            return None
+        row = conn.execute("SELECT job_id, document_id FROM note_keys WHERE scope = %s AND text_key = %s",
+                           (scope, text_key)).fetchone()
+        if row is not None:
+            return (row[0], row[1])
+        # Each statement sees the latest commits: the holder let go of the key between the two (its note was
+        # deleted or changed on another replica). The key is free: take it.
 
 
 def set_job(conn: Any, scope: str, text_key: str, job_id: int) -> None:
