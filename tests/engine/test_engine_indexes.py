@@ -263,3 +263,34 @@ def test_the_log_is_pruned_once_both_indexes_have_it_on_disk(tmp_path: Path) -> 
     _add(store, 1, seed=6)  # any write prunes what both indexes hold on disk
     assert log_rows() == 3  # only the new note's entries remain: its chunk, its vector, its tag
     store.close()
+
+
+def test_a_copy_restored_from_before_later_writes_gets_its_indexes_rebuilt(tmp_path: Path) -> None:
+    """A backup made with sqlite3's `.backup` (docs/engine.md) keeps the database's identity, so indexes that
+    went on past it look like its own. Restored, its log is behind them: they must be rebuilt, or the
+    positions they hold already are skipped (new notes not found) and chunks the copy lacks found."""
+    import sqlite3
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 3, seed=7)
+    source, copy = sqlite3.connect(data / "engine.sqlite3"), sqlite3.connect(tmp_path / "copy.sqlite3")
+    source.backup(copy)
+    source.close()
+    copy.close()
+    _add(store, 5, seed=8)  # after the backup: the indexes go past it
+    store.close()
+
+    os.replace(tmp_path / "copy.sqlite3", data / "engine.sqlite3")
+    for leftover in ("engine.sqlite3-wal", "engine.sqlite3-shm"):
+        (data / leftover).unlink(missing_ok=True)
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    assert store.indexes.vector_source == "built"
+    _add(store, 2, seed=9, tags=("moved",))  # written after the restore: found
+    _check_consistent(store, data)
+    assert not store.search_text("word8x0", DocumentFilter(), 10)  # only in the notes the copy lacks
+    assert store.search_text("word9x1", DocumentFilter(), 10)
+    store.close()

@@ -112,7 +112,10 @@ class DerivedIndexes:
         with self.db.snapshot() as conn:
             self._epoch = self.log.epoch(conn)
             self.text = TextIndex(self.directory / "text", self._epoch, self.title_repeats)
-            if self.text.position is None or self.text.position < self.log.pruned_through(conn):
+            if self.text.position is None or self.text.position < self.log.pruned_through(conn) \
+                    or self.text.position > self.log.last_seq(conn):
+                # Past the log's end: the database is a copy from before changes the index has (a backup
+                # restored, which keeps its index_epoch); reading on would skip the copy's next changes.
                 self._rebuild_text(conn)
         self._text_position = int(self.text.position or 0)
         if self.follow_vectors and _has_vector_library():
@@ -131,7 +134,8 @@ class DerivedIndexes:
         restored = VectorIndex.restore(self.vector_path, self._vector_identity, dim, self.exact_below)
         position = saved_manifest(self.vector_path).get("position")
         with self.db.snapshot() as conn:
-            if restored is not None and isinstance(position, int) and position >= self.log.pruned_through(conn):
+            if restored is not None and isinstance(position, int) \
+                    and self.log.pruned_through(conn) <= position <= self.log.last_seq(conn):
                 logger.info("vector index restored (%d vectors); replaying the changes since it was saved",
                             len(restored))
                 self.vectors, self._vector_position = restored, position
