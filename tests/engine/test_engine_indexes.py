@@ -294,3 +294,45 @@ def test_a_copy_restored_from_before_later_writes_gets_its_indexes_rebuilt(tmp_p
     assert not store.search_text("word8x0", DocumentFilter(), 10)  # only in the notes the copy lacks
     assert store.search_text("word9x1", DocumentFilter(), 10)
     store.close()
+
+
+@pytest.mark.parametrize("alone", [False, True], ids=["in-a-group", "alone"])
+def test_a_job_stored_whose_marking_done_failed_is_not_stored_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     alone: bool) -> None:
+    """SQLite stores a job's document in one transaction and marks the job done in the next, once search
+    finds it. When that second step fails (the database locked past its busy timeout, a full disk), the
+    worker writes the jobs of a group again one by one, and fails a job it wrote alone: a job whose document
+    is stored must be marked done with it, neither given a second document nor failed (and sent again)."""
+    import sqlite3
+
+    from kb_bridge.local_engine.store.sqlite import jobs
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    job, _ = store.submit(Submission("note", {"text": "a note about terns"}), None, "2026-01-01T00:00:00Z")
+    claimed = store.claim_job("2026-01-01T00:00:00Z")
+    assert claimed is not None
+    document = NewDocument("terns", "note", None, 18, "0" * 64, "a note about terns", ())
+    finished = [FinishedJob(claimed.id, document, PreparedChunks(["a note about terns"], None))]
+
+    def locked(*args: object) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jobs, "finish_job", locked)
+        with pytest.raises(sqlite3.OperationalError):
+            store.complete_jobs(finished, "2026-01-01T00:00:00Z")
+    if alone:  # the worker fails a job it could not write alone
+        store.fail_job(claimed.id, "internal error while storing the document", "2026-01-01T00:00:00Z")
+        stored = {claimed.id: int(str(store.get_job(claimed.id)["document_id"]))}
+    else:  # and writes a group that failed again job by job
+        stored = store.complete_jobs(finished, "2026-01-01T00:00:00Z")
+    conn = sqlite3.connect(data / "engine.sqlite3")
+    documents = [row[0] for row in conn.execute("SELECT id FROM documents")]
+    conn.close()
+    assert len(documents) == 1, f"one job, {len(documents)} documents"
+    assert stored == {claimed.id: documents[0]}
+    done = store.get_job(int(str(job["id"])))
+    assert (done["status"], done["document_id"]) == ("done", documents[0])
+    store.close()

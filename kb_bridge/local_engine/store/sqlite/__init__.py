@@ -125,8 +125,14 @@ class SqliteStore(SqlReads, SqlWrites):
         with self._write_lock:
             with self._changing() as conn:
                 for item in finished:
-                    if jobs.job_status(conn, item.job_id) != "running":
+                    status, attached = jobs.job_state(conn, item.job_id)
+                    if status != "running":
                         continue  # not ours any more (cannot happen with one engine per data directory)
+                    if attached is not None:
+                        # Stored by an earlier attempt whose marking done (below) failed, which the worker
+                        # writes again: it is marked done with that document, not given a second one.
+                        stored[item.job_id] = attached
+                        continue
                     doc_id = documents.insert_document(conn, item.document, now)
                     chunk_ids = documents.insert_chunks(conn, doc_id, item.document.title, item.chunks.texts)
                     documents.store_vectors(conn, chunk_ids, item.chunks.vectors)
@@ -144,6 +150,12 @@ class SqliteStore(SqlReads, SqlWrites):
 
     def fail_job(self, job_id: int, error: str, now: str) -> None:
         with self.db.write() as conn:
+            status, attached = jobs.job_state(conn, job_id)
+            if status == "running" and attached is not None:
+                # Its document is stored; what failed came after (marking it done: the worker fails a job
+                # it could not write alone). Failed, it would be sent again and stored twice.
+                jobs.finish_job(conn, job_id, attached, now)
+                return
             jobs.fail_job(conn, job_id, error, now)
             note_keys.job_ended(conn, job_id)
 

@@ -137,9 +137,10 @@ def cancel_job(conn: sqlite3.Connection, job_id: int, now: str, running: bool = 
     return job, row[0] if row is not None else None
 
 
-def job_status(conn: sqlite3.Connection, job_id: int) -> str | None:
-    row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    return row[0] if row else None
+def job_state(conn: sqlite3.Connection, job_id: int) -> tuple[str | None, int | None]:
+    """The job's status (None: no such job) and the document attached to it."""
+    row = conn.execute("SELECT status, document_id FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return (row[0], row[1]) if row else (None, None)
 
 
 def requeue(conn: sqlite3.Connection, job_id: int) -> None:
