@@ -160,3 +160,25 @@ def test_lists_longer_than_one_statement_binds_are_read_in_parts(tmp_path: Path)
     tags = documents.tags_of(conn, range(count, 0, -1))
     assert len(tags) == count and all(tags[n] == [f"n:{n}"] for n in range(1, count + 1))
     conn.close()
+
+
+def test_a_commit_that_fails_leaves_no_transaction_holding_the_write_lock(tmp_path: Path) -> None:
+    """A COMMIT can fail and leave its transaction open (a full disk, an I/O error; here a deferred foreign
+    key, the one failure a test can force): rolled back, it must not keep the write lock, where every later
+    write of the engine waited for it and failed ("database is locked"), its own thread's at once ("cannot
+    start a transaction within a transaction"), until a restart."""
+    database = db.Database(tmp_path / "engine.sqlite3")
+    migrations.migrate(database.connection())
+    with pytest.raises(sqlite3.IntegrityError):
+        with database.write() as conn:
+            conn.execute("PRAGMA defer_foreign_keys = ON")  # the violation is found at COMMIT
+            conn.execute("INSERT INTO chunks (document_id, chunk_index, title, text, text_sha256) "
+                         "VALUES (999, 0, 't', 'x', 'y')")
+    other = sqlite3.connect(tmp_path / "engine.sqlite3", isolation_level=None, timeout=0.5)
+    other.execute("BEGIN IMMEDIATE")  # another connection gets the write lock
+    other.execute("ROLLBACK")
+    other.close()
+    with database.write() as conn:  # and so does this thread's
+        conn.execute("INSERT INTO meta (key, value) VALUES ('after', 'a failed commit')")
+    assert database.connection().execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
+    database.close()

@@ -76,7 +76,15 @@ class Database:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except BaseException:
+            # A COMMIT that fails (a full disk, an I/O error) can leave the transaction open, and with it the
+            # write lock: every later write would wait for it and fail ("database is locked"), this thread's
+            # at once ("cannot start a transaction within a transaction"), until a restart.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
