@@ -144,6 +144,10 @@ def test_a_frozen_replica_stops_nobody_and_its_job_is_done_once(replicas: Any, t
     with psycopg.connect(replicas.url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM documents WHERE doc_type <> 'note'").fetchone() == (1,)
     assert done["status"] == "done"
+    # nor keep its copy of the file, which b ran from its own (it stayed until a restarted, 600 MiB at most each)
+    wait_until(lambda: "results here are dropped" in a.log(), 120, 0.5, "the thawed replica to drop its result")
+    wait_until(lambda: not [p for p in (tmp_path / "a" / "uploads").iterdir() if p.is_file()], 10, 0.1,
+               "the thawed replica's copy of the file to go")
 
 
 def test_two_replicas_started_together_on_an_empty_database_both_come_up(tmp_path: Path,

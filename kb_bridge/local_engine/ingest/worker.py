@@ -450,7 +450,9 @@ class IngestionWorker:
             self._release(work)
             if work.job.id in stored:
                 logger.info("job %d done: document %d, %d chunks", work.job.id, stored[work.job.id], len(work.texts))
-                self._staging.remove(staged_path(work.job, self._staging.directory))
+            # Not stored: another replica took the job over and runs it from its own copy (PostgreSQL keeps the
+            # bytes), so this one is no use either; it stayed until this replica restarted.
+            self._staging.remove(staged_path(work.job, self._staging.directory))
 
     # --- bookkeeping ---------------------------------------------------------------------------------------------
 
