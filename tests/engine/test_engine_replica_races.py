@@ -183,3 +183,20 @@ def test_a_duplicate_key_let_go_while_a_new_note_reads_its_holder_is_taken_by_th
     with a.db.snapshot() as conn:
         assert conn.execute("SELECT job_id, document_id FROM note_keys WHERE scope = %s AND text_key = %s",
                             key).fetchone() == (None, None)
+
+
+def test_a_replica_that_lost_its_job_cannot_fail_it_once_it_is_back_in_the_queue(
+        replicas: Callable[[str], PostgresStore]) -> None:
+    """A replica frozen mid-job loses it to another, which puts it back in the queue when it stops. Woken,
+    the first replica's run of the job fails (its read timed out while it was frozen): the job is no longer
+    its to fail, and stays queued for whichever replica claims it next."""
+    a, b = replicas("a"), replicas("b")
+    job, _ = a.submit(Submission("note", {"text": "a note about avocets"}), None, NOW)
+    assert a.claim_job(NOW) is not None
+    with psycopg.connect(replicas.url, autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE jobs SET lease_expires = now() - interval '1 second' WHERE id = %s", (job["id"],))
+    taken = b.claim_job(NOW)
+    assert taken is not None and taken.id == job["id"]
+    b.requeue_job(taken.id)  # b stops cleanly
+    a.fail_job(taken.id, "the file took longer to read than KB_ENGINE_PARSE_TIMEOUT allows", NOW)
+    assert a.get_job(taken.id)["status"] == "queued"

@@ -161,9 +161,10 @@ def finish_job(conn: Any, job_id: int, document_id: int, now: str) -> None:
 
 
 def fail_job(conn: Any, job_id: int, owner: str | None, error: str, now: str) -> None:
-    """Fail a job this replica holds (a job another replica took over is left to it); `owner` None: whichever
-    replica holds it (a job given up after too many resumes)."""
-    held, params = ("", ()) if owner is None else ("AND (lease_owner = %s OR lease_owner IS NULL)", (owner,))
+    """Fail a job this replica holds (a job another replica took over is left to it, and so is one put back in
+    the queue since, which is no replica's); `owner` None: whichever replica holds it (a job given up after too
+    many resumes)."""
+    held, params = ("", ()) if owner is None else ("AND status = 'running' AND lease_owner = %s", (owner,))
     failed = conn.execute(
         "UPDATE jobs SET status = 'failed', error = %s, finished_at = %s, payload = NULL, staged_path = NULL, "
         f"lease_owner = NULL, lease_expires = NULL WHERE id = %s AND status IN ('queued', 'running') {held}",
