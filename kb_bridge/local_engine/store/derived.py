@@ -173,11 +173,13 @@ class DerivedIndexes:
 
     def catch_up(self) -> int:
         """Apply the log's new entries to the indexes; returns how many were read."""
-        self._rebuild_text_if_forgotten()
-        start = self._text_position if self.vectors is None else min(self._text_position, self._vector_position)
         read = 0
         while True:
             with self.db.snapshot() as conn:
+                # Asked in the snapshot the changes are read in: entries may be forgotten between two reads.
+                self._rebuild_text_if_forgotten(conn)
+                start = self._text_position if self.vectors is None else min(self._text_position,
+                                                                              self._vector_position)
                 changes = self.log.changes_after(conn, start, _READ)
                 if not changes:
                     break
@@ -187,24 +189,22 @@ class DerivedIndexes:
                     self._vector_position = max(self._vector_position, changes[-1][0])
             read += len(changes)
             self._text_position = max(self._text_position, changes[-1][0])
-            start = changes[-1][0]
         if read:
             self._maybe_save_vectors()
             self._prune()
         return read
 
-    def _rebuild_text_if_forgotten(self) -> None:
+    def _rebuild_text_if_forgotten(self, conn: Any) -> None:
         """Rebuild the text index when the log no longer holds entries it has not applied. On SQLite this
         process alone prunes, never past its own position; on PostgreSQL a replica starting forgets entries
         older than a week (postgres/index_log.forget_before), which a replica that has run all along without a
         search or a write since has not applied: reading on from its position would skip them for good."""
         assert self.text is not None
-        with self.db.snapshot() as conn:
-            if self._text_position >= self.log.pruned_through(conn):
-                return
-            logger.warning("the change log no longer holds changes this full-text index has not applied "
-                           "(position %d); rebuilding it", self._text_position)
-            self._rebuild_text(conn)
+        if self._text_position >= self.log.pruned_through(conn):
+            return
+        logger.warning("the change log no longer holds changes this full-text index has not applied "
+                       "(position %d); rebuilding it", self._text_position)
+        self._rebuild_text(conn)
         self._text_position = int(self.text.position or 0)
 
     def _apply_text(self, conn: Any, changes: Sequence[tuple[int, str, int]]) -> None:
