@@ -231,14 +231,19 @@ def test_lost_or_foreign_index_files_are_rebuilt_from_the_database(tmp_path: Pat
     donor = _store(other)
     _add(donor, 3, seed=4)
     donor.close()
-    os.replace(other / "engine.sqlite3", data / "engine.sqlite3")
-    for leftover in ("engine.sqlite3-wal", "engine.sqlite3-shm"):
-        (data / leftover).unlink(missing_ok=True)
+    _put_database(other / "engine.sqlite3", data)
     store = _store(data)
     store.use_embeddings(MODEL, DIM)
     assert store.indexes.vector_source == "built" and len(store.indexes.text or []) == 3
     _check_consistent(store, data)
     store.close()
+
+
+def _put_database(database: Path, data: Path) -> None:
+    """Put another database file in the data directory's place, as a restore does (its journal files gone)."""
+    os.replace(database, data / "engine.sqlite3")
+    for leftover in ("engine.sqlite3-wal", "engine.sqlite3-shm"):
+        (data / leftover).unlink(missing_ok=True)
 
 
 def test_the_log_is_pruned_once_both_indexes_have_it_on_disk(tmp_path: Path) -> None:
@@ -283,9 +288,7 @@ def test_a_copy_restored_from_before_later_writes_gets_its_indexes_rebuilt(tmp_p
     _add(store, 5, seed=8)  # after the backup: the indexes go past it
     store.close()
 
-    os.replace(tmp_path / "copy.sqlite3", data / "engine.sqlite3")
-    for leftover in ("engine.sqlite3-wal", "engine.sqlite3-shm"):
-        (data / leftover).unlink(missing_ok=True)
+    _put_database(tmp_path / "copy.sqlite3", data)
     store = _store(data)
     store.use_embeddings(MODEL, DIM)
     assert store.indexes.vector_source == "built"
