@@ -465,6 +465,30 @@ def test_a_limited_tokens_update_that_meets_another_change_in_its_collection_lan
     assert [c.request.headers["If-Match"] for c in calls_to(engine, "PATCH", "/notes/42")] == ['"3"', '"4"']
 
 
+def test_a_limited_tokens_delete_holds_to_the_version_it_found_in_its_collection(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """A limited token's delete checked the note's collection, then deleted unconditionally: a note another caller
+    moved out meanwhile was deleted where the token may not reach. The delete carries the version read (engine
+    3.15's If-Match); its conflict is tried again from a fresh read, where the note moved out is not found."""
+    from kb_bridge.tools import documents
+
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    engine.get(f"{API}/documents/42", json=document(42, version=3, tags=["collection:mem"]))
+    engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:secret"]))  # moved meanwhile
+    engine.delete(f"{API}/documents/42", status=412, json={"error": {"code": "precondition_failed", "message": "stale"}})
+    result = documents.delete(ctx, documents.DeleteArguments(document_id=42))
+    assert result == {"document_id": 42, "deleted": False}
+    assert [c.request.headers["If-Match"] for c in calls_to(engine, "DELETE", "/documents/42")] == ['"3"']
+
+    engine.reset()
+    engine.get(f"{API}/documents/42", json=document(42, version=3, tags=["collection:mem"]))
+    engine.get(f"{API}/documents/42", json=document(42, version=4, tags=["collection:mem"]))  # merely edited
+    engine.delete(f"{API}/documents/42", status=412, json={"error": {"code": "precondition_failed", "message": "stale"}})
+    engine.delete(f"{API}/documents/42", status=204)
+    assert documents.delete(ctx, documents.DeleteArguments(document_id=42)) == {"document_id": 42, "deleted": True}
+    assert [c.request.headers["If-Match"] for c in calls_to(engine, "DELETE", "/documents/42")] == ['"3"', '"4"']
+
+
 async def test_a_move_without_the_tags_patch_removes_first_and_puts_the_old_collection_back_if_the_add_fails(
         client: Client, engine: responses.RequestsMock) -> None:
     # An engine without PATCH /documents/{id}/tags that refuses the new collection tag: its tags as they change.

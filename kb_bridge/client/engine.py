@@ -235,14 +235,15 @@ class EngineClient:
                     json={"versions": [dict(v) for v in versions]})
         return self._json(call)
 
-    def delete_document(self, document_id: int) -> None:
-        """Delete a document; NotFound when it was not there. DELETE is idempotent by definition, so it is
-        retried: a repeat finds nothing and says 404. After an attempt that may have reached the engine (its
-        answer lost: the engine restarting after it deleted), that 404 is the earlier attempt's deletion, not
-        a document that was never there."""
+    def delete_document(self, document_id: int, if_match: int | None = None) -> None:
+        """Delete a document; NotFound when it was not there; with `if_match` (engine 3.15) only at that version
+        (Conflict, reason version_mismatch). DELETE is idempotent by definition, so it is retried: a repeat
+        finds nothing and says 404. After an attempt that may have reached the engine (its answer lost: the
+        engine restarting after it deleted), that 404 is the earlier attempt's deletion, not a document that
+        was never there."""
         call = Call(
             "DELETE", f"{API}/documents/{segment(document_id)}", "DELETE /documents/{id}", f"document {document_id}",
-            retry_safe=True, write=True,
+            retry_safe=True, write=True, headers=_if_match(if_match),
         )
         reached = False
 
@@ -260,7 +261,7 @@ class EngineClient:
         self._run(attempt, call)
 
     def patch_note(self, document_id: int, body: Mapping[str, Any], if_match: int | None) -> dict[str, Any]:
-        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        headers = _if_match(if_match)
         path = f"{API}/notes/{segment(document_id)}"
         # Without If-Match a repeat could overwrite someone else's change made in between.
         call = Call(
@@ -271,7 +272,7 @@ class EngineClient:
 
     def move_document(self, document_id: int, source_path: str, title: str, if_match: int | None) -> dict[str, Any]:
         """A new source_path and title in place, nothing re-embedded (PATCH /documents/{id}, an addition)."""
-        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        headers = _if_match(if_match)
         path = f"{API}/documents/{segment(document_id)}"
         # Setting both fields to given values is idempotent: a repeat changes nothing more.
         call = Call(
@@ -294,7 +295,7 @@ class EngineClient:
 
     def patch_tags(self, document_id: int, add: Sequence[str], remove: Sequence[str], if_match: int | None) -> dict[str, Any]:
         """Add and remove tags in one engine step (engine 3.1+): one version step, If-Match honoured."""
-        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else None
+        headers = _if_match(if_match)
         path = f"{API}/documents/{segment(document_id)}/tags"
         call = Call(
             "PATCH", path, "PATCH /documents/{id}/tags", f"document {document_id}", retry_safe=if_match is not None,
@@ -436,3 +437,6 @@ class EngineClient:
         return error_for_answer(response.status_code, response.content, response.headers, call.what, call.endpoint, clean)
 
 
+def _if_match(version: int | None) -> dict[str, str] | None:
+    """The header that makes a write conditional on the version read (None: unconditional)."""
+    return {"If-Match": f'"{version}"'} if version is not None else None

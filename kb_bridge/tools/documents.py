@@ -92,12 +92,19 @@ def delete(ctx: ToolContext, args: DeleteArguments) -> Result:
     document_id = args.document_id
     try:
         if ctx.principal.limited:
-            # A document in another collection does not exist for this token: nothing to delete.
-            reach.visible_document(ctx.engine, ctx.principal, document_id)
-        ctx.engine.delete_document(document_id)
+            reach.retried_on_change(lambda: _delete_in_reach(ctx, document_id))
+        else:
+            ctx.engine.delete_document(document_id)
     except NotFound:
         return {"document_id": document_id, "deleted": False}
     return {"document_id": document_id, "deleted": True}
+
+
+def _delete_in_reach(ctx: ToolContext, document_id: int) -> None:
+    """A document in another collection does not exist for a limited token: NOT_FOUND, nothing to delete. The
+    delete holds to the version found in its reach (If-Match, engine 3.15), so one moved out meanwhile stays."""
+    seen = reach.visible_document(ctx.engine, ctx.principal, document_id)
+    ctx.engine.delete_document(document_id, if_match=shapes.document(seen)["version"])
 
 
 def render_delete(result: Result) -> str:

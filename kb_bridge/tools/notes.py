@@ -84,26 +84,13 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
     }
 
 
-# How often a collection-limited token's update is tried from a fresh read when another change lands between its
-# read and its write (below).
-LIMITED_ATTEMPTS = 3
-
-
 def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
-    """A limited token's update holds to the version it found in its reach, so another change landing in between
-    is a version conflict the caller did not ask for when it gave no `expected_version`: it is tried again from a
-    fresh read (which checks the reach again: a note moved out is then NOT_FOUND), as an unlimited caller's update
-    simply lands. Each attempt that conflicted wrote nothing at that step; an earlier step it made is written again
-    with the same values."""
+    """A limited token's update without `expected_version` is retried from a fresh read when another change lands
+    between its read and its writes (reach.retried_on_change). An attempt that conflicted wrote nothing at that
+    step; an earlier step it made is written again with the same values."""
     if not ctx.principal.limited or args.expected_version is not None:
         return _update_note(ctx, args)
-    for _ in range(LIMITED_ATTEMPTS - 1):
-        try:
-            return _update_note(ctx, args)
-        except Conflict as exc:
-            if "current_version" not in exc.details:
-                raise
-    return _update_note(ctx, args)
+    return reach.retried_on_change(lambda: _update_note(ctx, args))
 
 
 def _update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:

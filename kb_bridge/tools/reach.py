@@ -17,16 +17,20 @@ all of them (tools/cursors.py; docs/architecture.md, "Authorization").
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import EngineBadResponse, Forbidden, InvalidArgument, NotFound
+from kb_bridge.errors import Conflict, EngineBadResponse, Forbidden, InvalidArgument, NotFound
 from kb_bridge.tools import cursors
 
 Params = list[tuple[str, Any]]
+T = TypeVar("T")
+
+# How many times in all a limited token's write is tried (below).
+LIMITED_ATTEMPTS = 3
 
 
 def require_writable(principal: Principal, collection: str) -> None:
@@ -45,6 +49,21 @@ def visible_document(engine: EngineClient, principal: Principal, document_id: in
     if principal.limited and not principal.sees(shapes.document(raw)["collection"]):
         raise NotFound(f"document {document_id} not found")
     return raw
+
+
+def retried_on_change(write: Callable[[], T]) -> T:
+    """Run a limited token's write, which reads the document (checking that it is in the token's reach) and
+    writes holding to the version it read (If-Match), so that a document another caller moves out in between is
+    never written. Another change landing there is a version conflict the caller did not ask for, so the write
+    is tried again from a fresh read: a document moved out is then NOT_FOUND, one merely changed is written, as
+    an unlimited token's write simply lands."""
+    for _ in range(LIMITED_ATTEMPTS - 1):
+        try:
+            return write()
+        except Conflict as exc:
+            if exc.details.get("reason") != "version_mismatch" and "current_version" not in exc.details:
+                raise
+    return write()
 
 
 def visible_version(engine: EngineClient, principal: Principal, document_id: int, version: int) -> dict[str, Any]:

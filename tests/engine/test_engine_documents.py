@@ -247,6 +247,20 @@ def test_patch_if_match(client: FlaskClient) -> None:
     assert star.status_code == 200 and star.json["version"] == 4
 
 
+def test_delete_if_match_deletes_only_at_that_version(client: FlaskClient) -> None:
+    """3.15: a delete conditional on the version read (a limited token's, which checked the collection at that
+    version) leaves a document changed since, a move into another collection included."""
+    note = add_note(client, "delete me only as I was")
+    client.patch(f"{API}/documents/{note['id']}/tags", json={"add": ["collection:other"]})  # version 2 now
+    stale = client.delete(f"{API}/documents/{note['id']}", headers={"If-Match": '"1"'})
+    assert stale.status_code == 412 and error_code(stale) == "precondition_failed"
+    assert client.get(f"{API}/documents/{note['id']}").status_code == 200
+    assert client.delete(f"{API}/documents/{note['id']}", headers={"If-Match": '"2"'}).status_code == 204
+    assert client.get(f"{API}/documents/{note['id']}").status_code == 404
+    gone = client.delete(f"{API}/documents/{note['id']}", headers={"If-Match": '"2"'})
+    assert gone.status_code == 404  # a repeat finds nothing, as without If-Match
+
+
 def test_patch_refuses_files_unknown_ids_and_empty_bodies(client: FlaskClient) -> None:
     job = wait_job(client, upload(client, "file.txt", b"a file").json["id"])
     response = client.patch(f"{API}/notes/{job['document_id']}", json={"text": "x"})

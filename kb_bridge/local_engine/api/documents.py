@@ -80,7 +80,7 @@ def _attachment(filename: str) -> str:
 
 @blueprint.delete("/api/v1/documents/<id:doc_id>")
 def delete_document(doc_id: int) -> tuple[str, int]:
-    current_engine().store.delete_document(doc_id)
+    current_engine().store.delete_document(doc_id, if_match_versions())
     return "", 204
 
 

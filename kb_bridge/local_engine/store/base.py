@@ -308,7 +308,8 @@ class Store(Protocol):
         """A page of the documents `where` allows, newest update first (ties: the higher id first), and how many
         it allows in all. `after` (updated_at, id): only those that sort after that key, `offset` counted from it."""
 
-    def delete_document(self, doc_id: int) -> None: ...
+    def delete_document(self, doc_id: int, if_match: Collection[str] | None = None) -> None:
+        """Delete a document, with `if_match` (3.15) only at one of those versions (PreconditionFailed)."""
 
     def writes_held(self) -> contextlib.AbstractContextManager[object]:
         """Hold off this process's other writes to the store for the block (its writes may run in it)."""

@@ -54,8 +54,11 @@ class SqlWrites:
                 yield conn
             self.indexes.catch_up()
 
-    def delete_document(self, doc_id: int) -> None:
+    def delete_document(self, doc_id: int, if_match: Collection[str] | None = None) -> None:
         with self._changing() as conn:
+            if if_match is not None:
+                # Checked on the row the delete then removes (locked on PostgreSQL, the write lock on SQLite).
+                check_version(self.sql_documents.require_document(conn, doc_id)["version"], doc_id, if_match)
             self.sql_documents.delete_document(conn, doc_id)
 
     def replace_note(self, doc_id: int, title: str, text: str, chunks: PreparedChunks,
