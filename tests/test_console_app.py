@@ -110,3 +110,30 @@ def test_a_console_path_no_view_matches_gets_the_consoles_error_page_and_headers
     elsewhere = client.get("/nonexistent")
     assert elsewhere.status_code == 404 and elsewhere.get_json() == {"error": "not_found"}
     assert "Content-Security-Policy" not in elsewhere.headers
+
+
+def test_a_redis_session_store_out_of_reach_is_the_consoles_error_page_not_an_internal_error(
+    bridge: Bridge, engine: responses.RequestsMock,
+) -> None:
+    """With KB_UPLOAD_STORE on Redis the console's sessions live there too; Redis out of reach was a bare 500 on
+    every console page. It is the staging area failing: the console's 502 page, naming what failed."""
+    import dataclasses
+    import socket
+
+    from kb_bridge.web.console.sessions import RedisSessions, Sessions
+    from kb_bridge.web.console.state import EXTENSION
+
+    with socket.socket() as probe:  # a loopback port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = create_web_app(bridge)
+    console = app.extensions[EXTENSION]
+    app.extensions[EXTENSION] = dataclasses.replace(
+        console, sessions=Sessions(RedisSessions(f"redis://127.0.0.1:{port}/0?socket_connect_timeout=1")))
+    client = app.test_client()
+    client.set_cookie("kb_console", "a-session-id", path="/ui")
+    page = client.get("/ui/")
+    assert page.status_code == 502
+    assert "session store (Redis) cannot be reached" in page.get_data(as_text=True)
+    answer = client.get("/ui/", headers=JSON)
+    assert answer.status_code == 502 and "STORAGE_ERROR" in answer.get_json()["error"]

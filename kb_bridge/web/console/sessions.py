@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,7 +33,10 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kb_bridge.auth.principal import Principal
+from kb_bridge.errors import StorageError
 from kb_bridge.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 SESSION_SECONDS = 8 * 3600
 
@@ -130,16 +136,30 @@ class RedisSessions:
         import redis  # the optional extra, present whenever KB_UPLOAD_STORE is Redis
 
         self._redis = redis.Redis.from_url(url)
+        self._failure: type[Exception] = redis.RedisError
+
+    @contextlib.contextmanager
+    def _reached(self) -> Iterator[None]:
+        """Redis unreachable is the staging area failing (the console's error page, 502, as any KbError), not
+        an internal error: the page says what failed, and the log says why without the URL's password."""
+        try:
+            yield
+        except self._failure as exc:
+            logger.warning("console sessions: Redis failed (%s)", type(exc).__name__)
+            raise StorageError("the console's session store (Redis) cannot be reached; try again shortly") from None
 
     def put(self, key: str, value: str, seconds: float) -> None:
-        self._redis.set(f"kb-bridge:console:{key}", value, ex=max(1, int(seconds)))
+        with self._reached():
+            self._redis.set(f"kb-bridge:console:{key}", value, ex=max(1, int(seconds)))
 
     def get(self, key: str) -> bytes | None:
-        found = self._redis.get(f"kb-bridge:console:{key}")
+        with self._reached():
+            found = self._redis.get(f"kb-bridge:console:{key}")
         return found if isinstance(found, bytes) else None
 
     def delete(self, key: str) -> None:
-        self._redis.delete(f"kb-bridge:console:{key}")
+        with self._reached():
+            self._redis.delete(f"kb-bridge:console:{key}")
 
 
 class Sessions:
