@@ -548,3 +548,16 @@ async def test_an_engine_failure_while_reading_is_a_protocol_error_to_retry(mode
     with pytest.raises(MCPError) as failed:
         await task_request(modern.session, "tasks/get", created.task_id)
     assert failed.value.error.code == types.INTERNAL_ERROR and "ENGINE_UNAVAILABLE" in failed.value.error.message
+
+
+@pytest.mark.parametrize("tool", ["kb_status", "kb_delete"])
+async def test_legacy_task_augmented_call_to_a_tool_without_task_support_is_method_not_found(
+    legacy: Client, engine: responses.RequestsMock, tool: str,
+) -> None:
+    """2025-11-25 (basic/utilities/tasks, tool-level negotiation): a tool whose `execution.taskSupport` is absent
+    MUST NOT be called as a task, and the server SHOULD answer -32601. Before, the call ran as a plain call (a
+    kb_delete deleted) and answered a CallToolResult where the client waits for a CreateTaskResult."""
+    with pytest.raises(MCPError) as caught:
+        await raw(legacy, "tools/call", name=tool, arguments={"id": 5} if tool == "kb_delete" else {}, task={"ttl": 60000})
+    assert caught.value.error.code == types.METHOD_NOT_FOUND and tool in caught.value.error.message
+    assert not engine.calls  # nothing ran

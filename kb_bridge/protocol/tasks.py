@@ -106,9 +106,15 @@ class TaskHandlers:
         goes on as usual)."""
         raw = ctx.params if isinstance(ctx.params, Mapping) else {}
         name = raw.get("name")
+        modern = ctx.protocol_version in MODERN
+        if (not modern and ctx.protocol_version == LEGACY_VERSION and isinstance(raw.get("task"), Mapping)
+                and isinstance(name, str) and not tasks.supports(name) and self._dispatcher.spec(name) is not None):
+            # 2025-11-25, tool-level negotiation: a tool without `execution.taskSupport` must not be called as a
+            # task, and the server SHOULD answer -32601; running it would answer a CallToolResult to a client
+            # waiting for a CreateTaskResult, after doing what it asked (a kb_delete deleting).
+            raise MCPError(code=types.METHOD_NOT_FOUND, message=f"{name} cannot run as a task (its execution.taskSupport is forbidden)")
         if not isinstance(name, str) or not tasks.supports(name) or self._dispatcher.spec(name) is None:
             return None
-        modern = ctx.protocol_version in MODERN
         asked = _declared(ctx) if modern else (ctx.protocol_version == LEGACY_VERSION and isinstance(raw.get("task"), Mapping))
         if not asked:
             return None
