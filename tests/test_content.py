@@ -171,3 +171,22 @@ async def test_logging_set_level_is_accepted(bridge, engine: responses.RequestsM
     async with Client(build_server(bridge), mode="legacy") as client:
         with pytest.warns(Warning):  # the SDK marks logging deprecated for 2026-07-28 clients
             await client.set_logging_level("debug")
+
+
+@pytest.mark.parametrize("ref", [PromptReference(name="no_such_prompt"), ResourceTemplateReference(uri="kb://nothing/{x}")],
+                         ids=["prompt", "template"])
+async def test_completion_for_a_prompt_or_template_that_does_not_exist_is_invalid_params(
+    client: Client, engine: responses.RequestsMock, ref: PromptReference | ResourceTemplateReference,
+) -> None:
+    """2025-06-18 and later, server/utilities/completion, Error Handling: servers SHOULD answer an invalid prompt
+    name -32602. Before, the bridge offered an empty completion, as for an argument it has no values for."""
+    with pytest.raises(MCPError) as caught:
+        await client.complete(ref, {"name": "x", "value": "a"})
+    assert caught.value.error.code == -32602 and caught.value.error.data["field"] == "ref"
+    assert not engine.calls
+
+
+async def test_completion_of_an_argument_a_known_prompt_has_no_values_for_is_still_empty(client: Client, engine: responses.RequestsMock) -> None:
+    result = await client.complete(PromptReference(name="collection_overview"), {"name": "not_an_argument", "value": "a"})
+    assert result.completion.values == [] and not engine.calls
+
