@@ -190,3 +190,24 @@ async def test_completion_of_an_argument_a_known_prompt_has_no_values_for_is_sti
     result = await client.complete(PromptReference(name="collection_overview"), {"name": "not_an_argument", "value": "a"})
     assert result.completion.values == [] and not engine.calls
 
+
+@pytest.mark.parametrize("chunk_id", ["0", "²", "٣", "０１", "9" * 5000, str(2**53 + 1)])
+async def test_a_related_to_chunk_prompt_refuses_what_kb_related_would_refuse_as_a_chunk_id(client: Client, chunk_id: str) -> None:
+    """The prompt says chunk_id must be a positive integer, and steers the agent to kb_related with it; str.isdigit
+    let through 0, "²", other scripts' digits and ids past the tool's bound, so the prompt told the agent to make a
+    call that could only fail (prompts page: servers SHOULD validate prompt arguments, -32602)."""
+    with pytest.raises(MCPError) as caught:
+        await client.get_prompt("related_to_chunk", {"chunk_id": chunk_id})
+    assert caught.value.error.code == -32602 and caught.value.error.data["field"] == "chunk_id"
+
+
+async def test_a_related_to_chunk_prompt_takes_the_largest_chunk_id_kb_related_takes(client: Client) -> None:
+    result = await client.get_prompt("related_to_chunk", {"chunk_id": str(2**53)})
+    assert f"chunk_id={2**53}" in result.messages[0].content.text
+
+
+def test_the_prompts_largest_chunk_id_is_the_tools() -> None:
+    from kb_bridge.content.prompts import _MAX_CHUNK_ID
+    from kb_bridge.tools.arguments import DOCUMENT_ID
+
+    assert _MAX_CHUNK_ID == DOCUMENT_ID["maximum"]
