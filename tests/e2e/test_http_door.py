@@ -316,3 +316,14 @@ def test_1_and_5_refused_calls_never_reach_the_engine_which_only_sees_its_own_ke
         finally:
             service.stop()
     assert engine.received and set(engine.authorizations) == {f"Bearer {ENGINE_KEY}"}
+
+
+def test_8_a_2025_11_25_task_augmented_call_to_a_tool_without_task_support_is_method_not_found(bridge: Service) -> None:
+    """2025-11-25, tasks, tool-level negotiation: a tool without `execution.taskSupport` is not called as a task
+    (the server SHOULD answer -32601). Before, kb_status ran and its CallToolResult came back to a client waiting
+    for a CreateTaskResult."""
+    body = {"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+            "params": {"name": "kb_status", "arguments": {}, "task": {"ttl": 60000}}}
+    response = post(bridge, payload=body, headers={"MCP-Protocol-Version": "2025-11-25"})
+    reply = response.json()
+    assert reply["id"] == 11 and reply["error"]["code"] == -32601 and "kb_status" in reply["error"]["message"], reply
