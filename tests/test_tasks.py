@@ -561,3 +561,27 @@ async def test_legacy_task_augmented_call_to_a_tool_without_task_support_is_meth
         await raw(legacy, "tools/call", name=tool, arguments={"id": 5} if tool == "kb_delete" else {}, task={"ttl": 60000})
     assert caught.value.error.code == types.METHOD_NOT_FOUND and tool in caught.value.error.message
     assert not engine.calls  # nothing ran
+
+
+async def test_legacy_task_augmented_call_that_fails_before_any_job_is_an_error_not_a_call_tool_result(
+    legacy: Client, engine: responses.RequestsMock,
+) -> None:
+    """2025-11-25: a requestor that asked for a task reads the answer as a CreateTaskResult (the TypeScript SDK
+    client, and so Inspector and Claude Code, threw a schema error, `expected object` at `task`, and the tool's own
+    message was lost). A call that fails before any job exists creates no task: it is a JSON-RPC error carrying
+    the tool's error, -32602 for arguments the tool refused."""
+    with pytest.raises(MCPError) as caught:
+        await raw(legacy, "tools/call", name="kb_addnote", arguments={"text": "", "collection": "memory"}, task={"ttl": 60000})
+    assert caught.value.error.code == types.INVALID_PARAMS
+    assert caught.value.error.message.startswith("VALIDATION_ERROR: text")
+    assert caught.value.error.data["code"] == "VALIDATION_ERROR" and caught.value.error.data["field"] == "text"
+    assert not engine.calls
+
+
+async def test_legacy_task_augmented_call_whose_engine_fails_before_any_job_is_an_internal_error(
+    legacy: Client, engine: responses.RequestsMock,
+) -> None:
+    engine.post(f"{API}/jobs", status=503, json={"error": {"code": "unavailable", "message": "down"}})
+    with pytest.raises(MCPError) as caught:
+        await raw(legacy, "tools/call", name="kb_addnote", arguments={"text": "x", "collection": "memory"}, task={})
+    assert caught.value.error.code == types.INTERNAL_ERROR and caught.value.error.data["code"] == "OUTCOME_UNKNOWN"  # its message says to check before retrying

@@ -123,9 +123,13 @@ class TaskHandlers:
         except ValidationError:
             return None  # the usual path answers it with its usual error
         outcome = await self._dispatcher.invoke(ctx, name, params.arguments, tasks.start)
-        if isinstance(outcome, types.CallToolResult):  # it failed before any job existed: a plain result
-            return self._stamped(ctx, {**outcome.model_dump(by_alias=True, mode="json", exclude_none=True),
-                                       **({"resultType": "complete"} if modern else {})})
+        if isinstance(outcome, types.CallToolResult):  # it failed before any job existed: no task was made
+            if not modern:
+                # 2025-11-25: a requestor that asked for a task reads the answer as a CreateTaskResult (the
+                # TypeScript SDK threw a schema error and the tool's message was lost); refusing the request is
+                # the one other answer it reads, so the tool's error becomes a JSON-RPC error carrying it.
+                raise _refusal(outcome)
+            return self._stamped(ctx, {**outcome.model_dump(by_alias=True, mode="json", exclude_none=True), "resultType": "complete"})
         _spec, (_result, ref) = outcome
         task_id = encode(ref, self._key)
         state = tasks.made(ref)
@@ -234,6 +238,25 @@ class TaskHandlers:
 def _declared(ctx: Ctx) -> bool:
     capabilities = ctx.session.client_capabilities
     return bool(capabilities and capabilities.extensions and EXTENSION in capabilities.extensions)
+
+
+def _refusal(result: types.CallToolResult) -> MCPError:
+    """A tool's error result (protocol/results.py error_result) as a JSON-RPC error: -32602 for the caller's
+    fault (a KbError answered 4xx on the web: an argument, a missing note), -32603 for the rest; its data is the
+    tool's error, code included."""
+    error = (result.structured_content or {}).get("error")
+    details: dict[str, Any] = error if isinstance(error, dict) else {"code": "INTERNAL_ERROR", "message": "the request failed"}
+    caller = _HTTP_STATUS.get(str(details.get("code")), 500) < 500
+    return MCPError(code=types.INVALID_PARAMS if caller else types.INTERNAL_ERROR,
+                    message=f"{details.get('code')}: {details.get('message')}", data=details)
+
+
+def _subclasses(cls: type[KbError]) -> list[type[KbError]]:
+    return [cls, *(sub for direct in cls.__subclasses__() for sub in _subclasses(direct))]
+
+
+# Each error code's HTTP status (errors.py): which failures are the caller's.
+_HTTP_STATUS = {cls.code: cls.http_status for cls in reversed(_subclasses(KbError))}
 
 
 def _unknown(task_id: str) -> MCPError:

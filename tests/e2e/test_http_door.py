@@ -327,3 +327,19 @@ def test_8_a_2025_11_25_task_augmented_call_to_a_tool_without_task_support_is_me
     response = post(bridge, payload=body, headers={"MCP-Protocol-Version": "2025-11-25"})
     reply = response.json()
     assert reply["id"] == 11 and reply["error"]["code"] == -32601 and "kb_status" in reply["error"]["message"], reply
+
+
+@pytest.mark.parametrize(("arguments", "code", "tool_code"), [
+    ({"text": "", "collection": "memory"}, -32602, "VALIDATION_ERROR"),
+    ({"text": "a note", "collection": "memory"}, -32603, "ENGINE_UNAVAILABLE"),  # nothing listens at the engine's URL
+])
+def test_8_a_2025_11_25_task_augmented_call_that_fails_before_any_job_is_a_jsonrpc_error_carrying_the_tools(
+    bridge: Service, arguments: dict[str, object], code: int, tool_code: str,
+) -> None:
+    """The requestor asked for a task and reads a CreateTaskResult; a CallToolResult made the TypeScript SDK client
+    throw a schema error (`expected object` at `task`) that lost the tool's message."""
+    body = {"jsonrpc": "2.0", "id": 12, "method": "tools/call",
+            "params": {"name": "kb_addnote", "arguments": arguments, "task": {"ttl": 60000}}}
+    reply = post(bridge, payload=body, headers={"MCP-Protocol-Version": "2025-11-25"}).json()
+    assert reply["id"] == 12 and reply["error"]["code"] == code, reply
+    assert reply["error"]["data"]["code"] == tool_code and reply["error"]["message"].startswith(tool_code)
