@@ -107,15 +107,15 @@ class TaskHandlers:
         raw = ctx.params if isinstance(ctx.params, Mapping) else {}
         name = raw.get("name")
         modern = ctx.protocol_version in MODERN
-        if (not modern and ctx.protocol_version == LEGACY_VERSION and isinstance(raw.get("task"), Mapping)
-                and isinstance(name, str) and not tasks.supports(name) and self._dispatcher.spec(name) is not None):
+        legacy_task = ctx.protocol_version == LEGACY_VERSION and isinstance(raw.get("task"), Mapping)
+        if legacy_task and isinstance(name, str) and not tasks.supports(name) and self._dispatcher.spec(name) is not None:
             # 2025-11-25, tool-level negotiation: a tool without `execution.taskSupport` must not be called as a
             # task, and the server SHOULD answer -32601; running it would answer a CallToolResult to a client
             # waiting for a CreateTaskResult, after doing what it asked (a kb_delete deleting).
             raise MCPError(code=types.METHOD_NOT_FOUND, message=f"{name} cannot run as a task (its execution.taskSupport is forbidden)")
         if not isinstance(name, str) or not tasks.supports(name) or self._dispatcher.spec(name) is None:
             return None
-        asked = _declared(ctx) if modern else (ctx.protocol_version == LEGACY_VERSION and isinstance(raw.get("task"), Mapping))
+        asked = _declared(ctx) if modern else legacy_task
         if not asked:
             return None
         try:
@@ -246,17 +246,15 @@ def _refusal(result: types.CallToolResult) -> MCPError:
     tool's error, code included."""
     error = (result.structured_content or {}).get("error")
     details: dict[str, Any] = error if isinstance(error, dict) else {"code": "INTERNAL_ERROR", "message": "the request failed"}
-    caller = _HTTP_STATUS.get(str(details.get("code")), 500) < 500
+    # Each error code's HTTP status (errors.py), read when needed so that every KbError defined by then counts.
+    statuses = {cls.code: cls.http_status for cls in reversed(_subclasses(KbError))}
+    caller = statuses.get(str(details.get("code")), 500) < 500
     return MCPError(code=types.INVALID_PARAMS if caller else types.INTERNAL_ERROR,
                     message=f"{details.get('code')}: {details.get('message')}", data=details)
 
 
 def _subclasses(cls: type[KbError]) -> list[type[KbError]]:
     return [cls, *(sub for direct in cls.__subclasses__() for sub in _subclasses(direct))]
-
-
-# Each error code's HTTP status (errors.py): which failures are the caller's.
-_HTTP_STATUS = {cls.code: cls.http_status for cls in reversed(_subclasses(KbError))}
 
 
 def _unknown(task_id: str) -> MCPError:
