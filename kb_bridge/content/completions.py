@@ -6,7 +6,6 @@ from __future__ import annotations
 from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.content import prompts, resources
 
 MAX_VALUES = 100
 
@@ -14,13 +13,6 @@ MAX_VALUES = 100
 # prompt name or a resource template URI.
 COLLECTION_ARGUMENTS = {("collection_overview", "collection"), ("remember", "collection"), ("kb://collection/{name}", "name")}
 TAG_ARGUMENTS = {("tag_exploration", "tag"), ("kb://tag/{tag}", "tag")}
-
-
-def known(reference: str, prompt: bool) -> bool:
-    """Whether `reference` names one of the server's prompts (`prompt`) or resource templates."""
-    if prompt:
-        return prompts.find(reference) is not None
-    return any(t.uri_template == reference for t in resources.TEMPLATES)
 
 
 def _tag_names(engine: EngineClient, prefix: str | None) -> list[str]:

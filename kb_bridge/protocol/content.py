@@ -136,12 +136,6 @@ class ContentHandlers:
     async def complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
         ref = params.ref
         reference = ref.name if isinstance(ref, types.PromptReference) else ref.uri
-        if not completions.known(reference, prompt=isinstance(ref, types.PromptReference)):
-            # The spec's completion page (Error Handling): an invalid prompt name SHOULD be -32602; a
-            # template the server does not have is the same mistake. Outside the fallback below, which is
-            # for an engine that cannot answer, not for a request that names nothing.
-            error = InvalidArgument("ref", "names no prompt or resource template of this server")
-            raise MCPError(code=types.INVALID_PARAMS, message=error.message, data=error.to_dict())
 
         async def work() -> types.CompleteResult:
             values, total = await self._bridge.run(
