@@ -40,7 +40,9 @@ def run_backup(args: argparse.Namespace) -> int:
     target: Path = args.dir
     if target.exists() and any(target.iterdir()):
         raise Failed(f"{target} is not empty; give a new or empty directory", USAGE)
-    target.mkdir(parents=True, exist_ok=True)
+    # A copy of every note: private to this user when the directory is made here (an existing one keeps the mode
+    # its owner gave it; what is written into it is private in any case, local_engine/backup.py).
+    target.mkdir(parents=True, exist_ok=True, mode=0o700)
     with Progress() as progress:
         try:
             summary: dict[str, Any] = engine.back_up(source, target, progress)

@@ -103,7 +103,7 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
         written = 0
-        with hint(f"nothing was written to {target}"), open(temporary, "w", encoding="utf-8") as out:
+        with hint(f"nothing was written to {target}"), open(temporary, "w", encoding="utf-8", opener=_private) as out:
             for record in _records(client, tag):
                 if args.history and record["doc_type"] == "note":
                     record["history"] = history.earlier_versions(client, record["id"])
@@ -115,6 +115,12 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         client.close()
     print(f"Exported {written} document(s) to {target}.", file=sys.stderr)
     return OK
+
+
+def _private(path: str, flags: int) -> int:
+    """Open an export for writing as this user's alone (0600): it holds every note, and the umask (0022 is common)
+    would have made it readable by every user of the machine."""
+    return os.open(path, flags, 0o600)
 
 
 def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:

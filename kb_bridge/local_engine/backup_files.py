@@ -36,7 +36,9 @@ def take_all(uploads: Path, into: Path) -> set[str]:
     taken: set[str] = set()
     if not uploads.is_dir():
         return taken
-    into.mkdir(exist_ok=True)
+    # 0700: a staged file is taken by a hard link, which keeps the engine's mode for it (0644 when an older
+    # engine staged it under a umask of 0022); only the directory keeps other users from the uploaded bytes.
+    into.mkdir(exist_ok=True, mode=0o700)
     for entry in os.scandir(uploads):
         if entry.is_file(follow_symlinks=False) and _take(Path(entry.path), into / entry.name):
             taken.add(entry.name)
@@ -59,7 +61,7 @@ def needed_by(copy: sqlite3.Connection) -> list[Needed]:
 def take_needed(uploads: Path, into: Path, taken: set[str], needed: list[Needed]) -> int:
     """Make `into` hold exactly the files `needed`, whole: take those staged since `take_all`, drop the others
     it took. EngineError naming the job whose file is gone. Returns how many files are kept."""
-    into.mkdir(exist_ok=True)
+    into.mkdir(exist_ok=True, mode=0o700)
     for item in needed:
         kept = into / item.name
         if item.name not in taken or not _whole(kept, item.size):

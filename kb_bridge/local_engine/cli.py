@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None, display: ProgressDisplay | None = None) 
     # and search threads need those cores between the model's operations: with spinning the engine
     # ingested at 0.78 of the raw model's rate, without it at 0.85 (docs/benchmarks.md, "Where the CPU goes").
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Everything the engine writes holds notes or their text (the database, staged uploads, indexes): its own
+    # user's alone, whatever umask it was started under (0022 made them world-readable). datadir.py keeps the
+    # directory itself private too, for files an older engine left.
+    os.umask(0o077)
     try:
         config = config_from_args(args)
         configure_logging(args.log_level.upper(), config.log_json, [config.api_key] if config.api_key else [])

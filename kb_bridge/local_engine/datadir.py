@@ -2,22 +2,30 @@
 
 Two engines on one database would both run the job queue and could ingest a job twice. The lock is an
 flock on `engine.lock`, released by the kernel when the process ends, also when it is killed.
+
+The directory holds every note (the database, staged uploads, the indexes), so it is private to its user
+(0700): files created in it under a umask of 0022 are world-readable, and only the directory keeps others out.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
 from typing import IO
 
 from .errors import DataDirInUse
 
+logger = logging.getLogger(__name__)
+
 LOCK_NAME = "engine.lock"
 
 
 def lock_data_dir(data_dir: Path) -> IO[str]:
-    """Take the lock (creating the directory); keep the returned file open for as long as you hold it."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    """Take the lock (creating the directory, private); keep the returned file open for as long as you hold it."""
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private(data_dir)
     handle = open(data_dir / LOCK_NAME, "a+", encoding="utf-8")
     try:
         import fcntl
@@ -35,3 +43,13 @@ def lock_data_dir(data_dir: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+def make_private(data_dir: Path) -> None:
+    """Make this user's data directory 0700: one an older engine (or the operator's mkdir) left open to others
+    let them read every note. A directory of another user's (a volume set up for this one) is left as it is:
+    it cannot be changed from here, and its owner chose who may enter it."""
+    status = os.stat(data_dir)
+    if status.st_uid == os.geteuid() and stat.S_IMODE(status.st_mode) & 0o077:
+        os.chmod(data_dir, 0o700)
+        logger.info("made the engine's data directory %s private (0700)", data_dir)
