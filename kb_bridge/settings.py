@@ -8,6 +8,7 @@ environment.py's `Env`, the reader the engine's configuration uses too (an empty
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tempfile
 from collections.abc import Mapping
@@ -173,6 +174,10 @@ class ServerSettings:
     # head; else 408 and the connection is closed (slow clients cannot hold a worker's connections).
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    # Peers whose X-Forwarded-For and X-Forwarded-Proto are believed (a reverse proxy's addresses or networks).
+    # None by default: gunicorn's own default trusts loopback, and on the default loopback bind every client is
+    # loopback, so any client could write the address logged for it (a refused token logged as someone else's).
+    forwarded_allow_ips: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,7 +406,20 @@ def _load_server(env: _Env) -> ServerSettings:
         header_timeout=env.number("KB_HEADER_TIMEOUT", d.header_timeout, low=1, high=3600),
         body_timeout=env.number("KB_BODY_TIMEOUT", d.body_timeout, low=1, high=3600),
         worker_class=env.get("KB_WORKER_CLASS", d.worker_class, _parse_worker_class),
+        forwarded_allow_ips=env.get("KB_FORWARDED_ALLOW_IPS", d.forwarded_allow_ips, _parse_networks),
     )
+
+
+def _parse_networks(value: str) -> tuple[str, ...]:
+    """Addresses or networks (CIDR), comma-separated, as gunicorn takes them; `*` is every peer."""
+    items = parse_list(value)
+    for item in items:
+        if item != "*":
+            try:
+                ipaddress.ip_network(item)
+            except ValueError:
+                raise ValueError(f"{item!r} is no IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24)") from None
+    return items
 
 
 def _check_cross_field_rules(settings: Settings) -> None:

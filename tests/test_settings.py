@@ -17,6 +17,7 @@ def test_defaults_are_safe() -> None:
     settings = load_settings({})
     assert settings.engine.url == "http://127.0.0.1:8000"
     assert settings.server.bind == "127.0.0.1:8765"
+    assert settings.server.forwarded_allow_ips == ()  # no peer's X-Forwarded-For is believed
     assert not settings.mcp.auth_enabled
     assert settings.uploads.ttl_seconds == 600 and settings.uploads.max_bytes == 512 * 1024 * 1024
 
@@ -54,6 +55,8 @@ def test_every_documented_variable_is_read() -> None:
         ({"KB_LOG_LEVEL": "LOUD"}, "KB_LOG_LEVEL"),
         ({"KB_UPLOAD_MAX_CHUNK_BYTES": str(8 * 1024 * 1024)}, "KB_UPLOAD_MAX_CHUNK_BYTES"),
         ({"KB_UPLOAD_STORE": "memcached://x"}, "KB_UPLOAD_STORE"),
+        ({"KB_FORWARDED_ALLOW_IPS": "proxy.example"}, "KB_FORWARDED_ALLOW_IPS"),
+        ({"KB_FORWARDED_ALLOW_IPS": "10.0.0.1/24"}, "KB_FORWARDED_ALLOW_IPS"),
     ],
 )
 def test_bad_values_name_the_variable(environ: dict[str, str], variable: str) -> None:

@@ -104,6 +104,10 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         # which does not read this setting). gunicorn 27's own ASGI worker counts connections but does
         # not enforce the bound (README, KB_WORKER_CLASS).
         "worker_connections": server.max_connections,
+        # Whose X-Forwarded-For/-Proto to believe: KB_FORWARDED_ALLOW_IPS, none by default. gunicorn's default
+        # (loopback, or FORWARDED_ALLOW_IPS) let any client on the default loopback bind choose the address the
+        # access log records for it; uvicorn's worker takes this value too.
+        "forwarded_allow_ips": ",".join(server.forwarded_allow_ips),
         "loglevel": server.log_level.lower(),
         # gunicorn's own lines in the bridge's format on stderr. Access lines come from the app itself
         # (one JSON event per request, with its request id, and without the query string, which could
