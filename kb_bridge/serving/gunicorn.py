@@ -30,6 +30,8 @@ class _Master:
     again in it at every SIGHUP, so a configuration error found then is a reload's."""
 
     running = False
+    # The Prometheus multiprocess directory this server made; kept across reloads, removed when it exits.
+    metrics_dir: str | None = None
 
 
 def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
@@ -50,10 +52,16 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         raise SystemExit(message) from None
     server = settings.server
 
-    # Prometheus multiprocess mode: every worker writes its samples under one directory, fresh for
-    # this master (stale files from an earlier run would add old counts), set before any worker starts.
-    if settings.mcp.metrics and not os.environ.get(MULTIPROC_ENV):
-        os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
+    # Prometheus multiprocess mode: every worker writes its samples under one directory, made here (mkdtemp:
+    # 0700) and fresh for this server, set before any worker starts. A PROMETHEUS_MULTIPROC_DIR inherited from
+    # the environment is not used: what an earlier run left there (never removed, as this server did not make
+    # it) or anyone who can write there put there would be added to this server's figures.
+    if settings.mcp.metrics and _Master.metrics_dir is None:
+        _Master.metrics_dir = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
+    if _Master.metrics_dir is not None:
+        os.environ[MULTIPROC_ENV] = _Master.metrics_dir
+    else:
+        os.environ.pop(MULTIPROC_ENV, None)
 
     # Task ids are sealed with the deployment's secrets; OAuth alone in front of a keyless engine has none, so
     # they are sealed with a key made here, in the master before any worker starts, so that every worker of
@@ -75,9 +83,8 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         mark_worker_dead(worker.pid)
 
     def on_exit(_server: Any) -> None:
-        metrics_dir = os.environ.get(MULTIPROC_ENV, "")
-        if os.path.basename(metrics_dir).startswith("kb-bridge-metrics-"):
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+        if _Master.metrics_dir is not None:
+            shutil.rmtree(_Master.metrics_dir, ignore_errors=True)
 
     return {
         # Loopback unless KB_BIND says otherwise (no auth configured is warned about at start-up).

@@ -76,6 +76,28 @@ def test_metrics_are_scraped_while_the_redis_upload_store_is_unreachable(tmp_pat
     assert "kb_bridge_uploads_in_progress" not in scraped.text
 
 
+def test_metrics_start_from_nothing_whatever_prometheus_multiproc_dir_the_environment_names(tmp_path: Path) -> None:
+    """A PROMETHEUS_MULTIPROC_DIR inherited from the environment (prometheus_client's documented variable) was used
+    as it was and never emptied: every restart added the earlier runs' counts, as it would files anyone who can
+    write there put there. Each server now makes its own directory (0700)."""
+    inherited = tmp_path / "metrics"
+    inherited.mkdir()
+    with StandInEngine() as engine:
+        env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_METRICS_TOKEN": METRICS_TOKEN,
+               "PROMETHEUS_MULTIPROC_DIR": str(inherited)}
+        scraped = []
+        for _run in range(2):
+            bridge = start_bridge(tmp_path, env, workers=1)
+            try:
+                assert "result" in modern_call(bridge.url, TOKEN, "kb_status", {})
+                scraped.append(requests.get(bridge.url + "/metrics", timeout=30,
+                                            headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text)
+            finally:
+                assert bridge.stop() == 0
+    assert [tool_calls(text, "kb_status", "ok") for text in scraped] == [1, 1]  # the second run's own call only
+    assert list(inherited.iterdir()) == []
+
+
 def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Path) -> None:
     import concurrent.futures
 
