@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -100,27 +101,27 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     tag = collection_tags.tag_for(args.collection) if args.collection else None
     client = _client(settings)
     target: Path = args.file
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.part")
+    temporary: Path | None = None
     try:
         written = 0
-        with hint(f"nothing was written to {target}"), open(temporary, "w", encoding="utf-8", opener=_private) as out:
-            for record in _records(client, tag):
-                if args.history and record["doc_type"] == "note":
-                    record["history"] = history.earlier_versions(client, record["id"])
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                written += 1
+        with hint(f"nothing was written to {target}"):
+            # The export holds every note: a new file only this user can read (0600, whatever the umask), under a
+            # name no one can foresee (mkstemp), so that a link planted beside the target is never written through.
+            handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+            temporary = Path(name)
+            with open(handle, "w", encoding="utf-8") as out:
+                for record in _records(client, tag):
+                    if args.history and record["doc_type"] == "note":
+                        record["history"] = history.earlier_versions(client, record["id"])
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    written += 1
         os.replace(temporary, target)
     finally:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
         client.close()
     print(f"Exported {written} document(s) to {target}.", file=sys.stderr)
     return OK
-
-
-def _private(path: str, flags: int) -> int:
-    """Open an export for writing as this user's alone (0600): it holds every note, and the umask (0022 is common)
-    would have made it readable by every user of the machine."""
-    return os.open(path, flags, 0o600)
 
 
 def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:

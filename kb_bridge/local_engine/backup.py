@@ -58,8 +58,9 @@ def _copy_store(source: Path, target: Path, progress: Progress) -> dict[str, Any
     uploads, kept_uploads = source.parent / UPLOADS_DIR, target / UPLOADS_DIR
     taken = backup_files.take_all(uploads, kept_uploads)
     # Made 0600 before SQLite opens it, which would create it under the umask (0644 under 0022: every note
-    # readable by other users); SQLite gives its journal the database file's mode.
-    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    # readable by other users); SQLite gives its journal the database file's mode. A new file (O_EXCL), never
+    # through a link put in its place since the directory was found empty.
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     with sqlite3.connect(source) as live, sqlite3.connect(temporary) as out:
         live.execute("PRAGMA busy_timeout = 10000")
         pages = live.execute("PRAGMA page_count").fetchone()[0]

@@ -89,3 +89,21 @@ def test_an_export_is_private_to_its_user(engine: Service, tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert SECRET_NOTE in target.read_text()
     assert others_can_reach(target) == []
+
+
+def test_an_export_never_writes_through_a_link_planted_where_it_writes_its_temporary_file(
+        engine: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary file beside the export was named after the process id: whoever can write in that directory
+    could put a link there in advance, and the export wrote every note through it, over the file it named."""
+    from kb_bridge.cli import main
+
+    target, victim = tmp_path / "kb.jsonl", tmp_path / "victim.txt"
+    victim.write_text("the victim's own file\n")
+    (tmp_path / f".{target.name}.{os.getpid()}.part").symlink_to(victim)
+    for name, value in clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY}).items():
+        if name.startswith("KB_"):
+            monkeypatch.setenv(name, value)
+    assert main(["export", str(target)]) == 0
+    assert victim.read_text() == "the victim's own file\n"
+    assert SECRET_NOTE in target.read_text() and not target.is_symlink()
+    assert others_can_reach(target) == []

@@ -105,6 +105,21 @@ def test_an_interrupted_backup_leaves_the_directory_empty_and_a_rerun_succeeds(
     assert sorted(p.name for p in target.iterdir()) == ["engine.sqlite3", "uploads"]
 
 
+def test_a_backup_never_writes_through_a_link_put_in_place_of_its_temporary_copy(
+        make_app: Callable[..., flask.Flask], tmp_path: Path) -> None:
+    """`kb-bridge backup` finds its directory empty, then writes `engine.sqlite3.part` there: a link someone who can
+    write in that directory put there meanwhile had the whole database written over the file it named."""
+    data = tmp_path / "data"
+    stopped_with_a_queued_upload(make_app, data)
+    target, victim = tmp_path / "backup", tmp_path / "victim.txt"
+    target.mkdir()
+    victim.write_text("the victim's own file\n")
+    (target / "engine.sqlite3.part").symlink_to(victim)
+    with pytest.raises(EngineError):
+        backup.back_up(data / "engine.sqlite3", target, Quiet())
+    assert victim.read_text() == "the victim's own file\n"
+
+
 def test_a_needed_file_gone_before_the_backup_took_it_fails_naming_its_job(tmp_path: Path) -> None:
     """A file staged while the database was copied, whose job finished before the backup could take it: the
     backup fails (cli/backup.py: exit 1) rather than keep a job without its file."""
