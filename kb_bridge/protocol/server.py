@@ -74,17 +74,18 @@ class ToolDispatcher:
 
     async def call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         outcome = await self.invoke(ctx, params.name, params.arguments, _handle_and_render)
-        if isinstance(outcome, types.CallToolResult):
-            return outcome
+        if isinstance(outcome, KbError):
+            return error_result(outcome)
         spec, (result, text) = outcome
         return success_result(result, text, document_links(spec.name, result))
 
     async def invoke(
         self, ctx: Ctx, name: str, raw: dict[str, Any] | None, work: Callable[[ToolSpec, ToolContext, Any], tuple[Result, T]],
-    ) -> tuple[ToolSpec, tuple[Result, T]] | types.CallToolResult:
+    ) -> tuple[ToolSpec, tuple[Result, T]] | KbError:
         """Run `work` for the named tool on the pool as every tool call runs (scope check, parsed arguments,
-        one access line and metric), or the call's error result. `work` is the handler and its rendering for
-        a plain call, or a task's first part (protocol/tasks.py)."""
+        one access line and metric), or the call's error, for the caller to answer as its request needs (a
+        plain call's error result; a task request's, protocol/tasks.py). `work` is the handler and its
+        rendering for a plain call, or a task's first part."""
         spec = self._specs.get(name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name[:100]}")
@@ -98,11 +99,11 @@ class ToolDispatcher:
             value = await self._bridge.run(work, spec, self.tool_context(ctx), arguments)
         except KbError as exc:
             self._finish(call, exc.code)
-            return error_result(exc)
+            return exc
         except Exception:
             logger.exception("tool %s failed unexpectedly", spec.name)
             self._finish(call, "INTERNAL_ERROR")
-            return error_result(KbError("an internal error occurred; it has been logged"))
+            return KbError("an internal error occurred; it has been logged")
         self._finish(call, "ok", value[0])
         return spec, value
 

@@ -67,7 +67,7 @@ class Dispatcher(Protocol):
 
     async def invoke(
         self, ctx: Ctx, name: str, raw: dict[str, Any] | None, work: Callable[[ToolSpec, ToolContext, Any], tuple[Result, T]],
-    ) -> tuple[ToolSpec, tuple[Result, T]] | types.CallToolResult: ...
+    ) -> tuple[ToolSpec, tuple[Result, T]] | KbError: ...
 
 
 class TaskHandlers:
@@ -123,13 +123,14 @@ class TaskHandlers:
         except ValidationError:
             return None  # the usual path answers it with its usual error
         outcome = await self._dispatcher.invoke(ctx, name, params.arguments, tasks.start)
-        if isinstance(outcome, types.CallToolResult):  # it failed before any job existed: no task was made
+        if isinstance(outcome, KbError):  # it failed before any job existed: no task was made
             if not modern:
                 # 2025-11-25: a requestor that asked for a task reads the answer as a CreateTaskResult (the
                 # TypeScript SDK threw a schema error and the tool's message was lost); refusing the request is
                 # the one other answer it reads, so the tool's error becomes a JSON-RPC error carrying it.
                 raise _refusal(outcome)
-            return self._stamped(ctx, {**outcome.model_dump(by_alias=True, mode="json", exclude_none=True), "resultType": "complete"})
+            result = error_result(outcome).model_dump(by_alias=True, mode="json", exclude_none=True)
+            return self._stamped(ctx, {**result, "resultType": "complete"})
         _spec, (_result, ref) = outcome
         task_id = encode(ref, self._key)
         state = tasks.made(ref)
@@ -240,21 +241,13 @@ def _declared(ctx: Ctx) -> bool:
     return bool(capabilities and capabilities.extensions and EXTENSION in capabilities.extensions)
 
 
-def _refusal(result: types.CallToolResult) -> MCPError:
-    """A tool's error result (protocol/results.py error_result) as a JSON-RPC error: -32602 for the caller's
-    fault (a KbError answered 4xx on the web: an argument, a missing note), -32603 for the rest; its data is the
-    tool's error, code included."""
-    error = (result.structured_content or {}).get("error")
-    details: dict[str, Any] = error if isinstance(error, dict) else {"code": "INTERNAL_ERROR", "message": "the request failed"}
-    # Each error code's HTTP status (errors.py), read when needed so that every KbError defined by then counts.
-    statuses = {cls.code: cls.http_status for cls in reversed(_subclasses(KbError))}
-    caller = statuses.get(str(details.get("code")), 500) < 500
+def _refusal(error: KbError) -> MCPError:
+    """A tool's error as a JSON-RPC error: -32602 for the caller's fault (a KbError answered 4xx on the web: an
+    argument, a missing note), -32603 for the rest; its data is the tool's error (to_dict), code included, as
+    a plain call's error result carries it (protocol/results.py error_result)."""
+    caller = error.http_status < 500
     return MCPError(code=types.INVALID_PARAMS if caller else types.INTERNAL_ERROR,
-                    message=f"{details.get('code')}: {details.get('message')}", data=details)
-
-
-def _subclasses(cls: type[KbError]) -> list[type[KbError]]:
-    return [cls, *(sub for direct in cls.__subclasses__() for sub in _subclasses(direct))]
+                    message=f"{error.code}: {error.message}", data=error.to_dict())
 
 
 def _unknown(task_id: str) -> MCPError:
