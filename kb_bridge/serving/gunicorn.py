@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import tempfile
 from typing import Any
 
 from kb_bridge.allocator import pin_malloc_thresholds
 from kb_bridge.logs import configure_logging, gunicorn_logconfig
 from kb_bridge.metrics import MULTIPROC_ENV, mark_worker_dead
 from kb_bridge.errors import SettingsError
+from kb_bridge.serving.metrics_dir import fresh_metrics_dir
 from kb_bridge.settings import Settings, load_settings
 from kb_bridge.uploads.factory import check_staging
 
@@ -55,9 +55,10 @@ def gunicorn_options(settings: Settings | None = None) -> dict[str, Any]:
     # Prometheus multiprocess mode: every worker writes its samples under one directory, made here (mkdtemp:
     # 0700) and fresh for this server, set before any worker starts. A PROMETHEUS_MULTIPROC_DIR inherited from
     # the environment is not used: what an earlier run left there (never removed, as this server did not make
-    # it) or anyone who can write there put there would be added to this server's figures.
+    # it) or anyone who can write there put there would be added to this server's figures. Those left by
+    # masters killed outright are swept first (serving/metrics_dir.py).
     if settings.mcp.metrics and _Master.metrics_dir is None:
-        _Master.metrics_dir = tempfile.mkdtemp(prefix="kb-bridge-metrics-")
+        _Master.metrics_dir = fresh_metrics_dir()
     if _Master.metrics_dir is not None:
         os.environ[MULTIPROC_ENV] = _Master.metrics_dir
     else:

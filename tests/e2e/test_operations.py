@@ -98,6 +98,44 @@ def test_metrics_start_from_nothing_whatever_prometheus_multiproc_dir_the_enviro
     assert list(inherited.iterdir()) == []
 
 
+
+def test_a_server_starting_removes_the_metrics_directory_of_one_killed_outright(tmp_path: Path) -> None:
+    """A master killed with SIGKILL (the OOM killer, a container's hard stop) cannot remove its multiprocess
+    directory, and every such death left one in the temporary directory for good. The next server sweeps the
+    directories of masters that no longer run (serving/metrics_dir.py), and removes its own when it exits."""
+    import os
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+
+    def metrics_dirs() -> set[Path]:
+        return set(temporary.glob("kb-bridge-metrics-*"))
+
+    with StandInEngine() as engine:
+        env = {"KB_ENGINE_URL": engine.url, "KB_MCP_API_KEY": TOKEN, "KB_METRICS_TOKEN": METRICS_TOKEN,
+               "TMPDIR": str(temporary)}
+        killed = start_bridge(tmp_path, env, workers=1)
+        try:
+            assert "result" in modern_call(killed.url, TOKEN, "kb_status", {})
+            left = metrics_dirs()
+            assert len(left) == 1 and any(next(iter(left)).iterdir())  # the call's counts are in it
+        finally:
+            os.killpg(killed.process.pid, signal.SIGKILL)
+            killed.stop()
+        assert metrics_dirs() == left  # nothing could remove it
+
+        bridge = start_bridge(tmp_path, env, workers=1)
+        try:
+            own = metrics_dirs()
+            assert len(own) == 1 and not own & left
+            assert "result" in modern_call(bridge.url, TOKEN, "kb_status", {})
+            scraped = requests.get(bridge.url + "/metrics", timeout=30,
+                                   headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
+        finally:
+            assert bridge.stop() == 0
+    assert tool_calls(scraped, "kb_status", "ok") == 1
+    assert metrics_dirs() == set()
+
 def test_sigterm_lets_an_in_flight_call_finish_and_refuses_new_ones(tmp_path: Path) -> None:
     import concurrent.futures
 
