@@ -261,7 +261,9 @@ def list_tags(conn: Any, prefix: str | None, within: str | None = None) -> list[
     if prefix:
         sql += " WHERE left(t.tag, %s) = %s"
         params += [len(prefix), prefix]
-    return [{"name": r[0], "documents": int(r[1])} for r in conn.execute(sql + " GROUP BY t.tag ORDER BY t.tag", params)]
+    # By name in code points, as SQLite and every document's `tags` list them (index_log.tags_of).
+    rows = conn.execute(sql + ' GROUP BY t.tag ORDER BY t.tag COLLATE "C"', params)
+    return [{"name": r[0], "documents": int(r[1])} for r in rows]
 
 
 def chunk_texts(conn: Any, chunk_ids: Sequence[int]) -> dict[int, str]:

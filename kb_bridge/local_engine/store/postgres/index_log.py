@@ -105,8 +105,10 @@ def all_vectors(conn: Any, batch: int = 20_000) -> Iterator[list[tuple[int, byte
 def tags_of(conn: Any, document_ids: Sequence[int] | set[int]) -> dict[int, list[str]]:
     ids = sorted(set(document_ids))
     found: dict[int, list[str]] = {doc_id: [] for doc_id in ids}
+    # COLLATE "C": in code-point order, as SQLite sorts them, whatever the database's collation (the
+    # official image's en_US.UTF-8 put "a" before "B" and "collectionb" before "collection:z").
     for doc_id, tag in conn.execute(
-        "SELECT document_id, tag FROM document_tags WHERE document_id = ANY(%s) ORDER BY tag", (ids,)
+        'SELECT document_id, tag FROM document_tags WHERE document_id = ANY(%s) ORDER BY tag COLLATE "C"', (ids,)
     ):
         found[int(doc_id)].append(str(tag))
     return found
