@@ -31,6 +31,23 @@ def parse_iso(text: str, name: str) -> str:
         raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
 
 
+def parse_bound(text: str, name: str) -> str:
+    """A client's time bound, normalised as parse_iso does but with a part of a millisecond rounded up, not
+    cut: stored times are whole milliseconds, so `t >= bound` and `t < bound` then hold for exactly the
+    times they hold for unrounded (cut, a document at .000 passed `*_after=.0005` and failed `*_before=.0005`).
+    The last millisecond of year 9999 has no later one to round to and stays as it is."""
+    try:
+        moment = _moment(text)
+        if moment.microsecond % 1000:
+            try:
+                moment += dt.timedelta(microseconds=1000 - moment.microsecond % 1000)
+            except OverflowError:
+                pass
+        return format_iso(moment)
+    except (ValueError, OverflowError):
+        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
+
+
 def epoch_millis(stamp: str) -> int:
     """Milliseconds since 1970 of a stored timestamp (this format, or the same without milliseconds), for
     indexes that compare instants as numbers (store/text_index.py)."""

@@ -89,6 +89,26 @@ def test_listings_filter_by_created_and_updated_after_inclusive_before_exclusive
     assert answer["time_filters"]["created_after"] == "2020-06-01T00:00:00.000Z" and answer["total"] == 2
 
 
+def test_a_bound_finer_than_a_millisecond_keeps_after_inclusive_and_before_exclusive(client: FlaskClient) -> None:
+    """Stored times are whole milliseconds; a bound between two of them was cut to the earlier one, so a
+    document made at .000 was dropped by `created_before=.0005` (it was made before) and kept by
+    `created_after=.0005` (it was not made after), in listings and in search alike."""
+    made = add_note(client, "A heron at the exact second.", created_at="2020-06-01T00:00:00.000Z")["id"]
+    for bounds, found in (({"created_before": "2020-06-01T00:00:00.0005Z"}, [made]),
+                          ({"created_after": "2020-06-01T00:00:00.0005Z"}, []),
+                          ({"updated_since": "2020-06-01T00:00:00.000001Z"}, []),
+                          ({"created_after": "2020-06-01T00:00:00.000Z",
+                            "created_before": "2020-06-01T00:00:00.000001Z"}, [made])):
+        assert listed(client, **bounds) == found, bounds
+        if "updated_since" not in bounds:
+            hits = search(client, query="heron", mode="fts", **bounds)["results"]
+            assert [hit["document_id"] for hit in hits] == found, bounds
+    answer = client.get(f"{API}/documents", query_string={"created_before": "2020-06-01T00:00:00.0005Z"}).json
+    assert answer["time_filters"]["created_before"] == "2020-06-01T00:00:00.001Z"  # the bound applied
+    last = client.get(f"{API}/documents", query_string={"created_before": "9999-12-31T23:59:59.9995Z"})
+    assert last.status_code == 200 and last.json["documents"] != []  # no later millisecond: kept as it is
+
+
 @pytest.mark.parametrize(("params", "named"), [
     ({"created_after": "last week"}, "created_after"),
     ({"updated_before": "2020-13-01"}, "updated_before"),

@@ -8,17 +8,19 @@ wrong one, or an after later than its before, is 422 naming the field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..clock import parse_iso
+from ..clock import parse_bound, parse_iso
 from ..errors import ValidationError
 
 BOUNDS = ("created_after", "created_before", "updated_after", "updated_before")
 
 
-def timestamp(source: Mapping[str, Any], name: str, required: bool = False) -> str | None:
-    """An ISO-8601 field of a body or query string, normalised (clock.py); None when absent and not required."""
+def timestamp(source: Mapping[str, Any], name: str, required: bool = False,
+              parse: Callable[[str, str], str] = parse_iso) -> str | None:
+    """An ISO-8601 field of a body or query string, normalised by `parse` (clock.py: a bound's part of a
+    millisecond rounded up, parse_bound); None when absent and not required."""
     value = source.get(name)
     if value is None or value == "":
         if required:
@@ -26,15 +28,15 @@ def timestamp(source: Mapping[str, Any], name: str, required: bool = False) -> s
         return None
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be an ISO-8601 timestamp string")
-    return parse_iso(value, name)
+    return parse(value, name)
 
 
 def time_bounds(source: Mapping[str, Any], updated_since: str | None = None) -> dict[str, str | None]:
     """The four bounds of a JSON body or query string (absent ones None). `updated_since`, the listing's
     older name for updated_after, narrows it further when both are given."""
-    bounds = {name: timestamp(source, name) for name in BOUNDS}
+    bounds = {name: timestamp(source, name, parse=parse_bound) for name in BOUNDS}
     if updated_since is not None:
-        since = parse_iso(updated_since, "updated_since")
+        since = parse_bound(updated_since, "updated_since")
         after = bounds["updated_after"]
         bounds["updated_after"] = since if after is None else max(after, since)
     for field in ("created", "updated"):
