@@ -5,13 +5,18 @@ names (every test but the locale one runs on both stores)."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import flask
 import psycopg
 import pytest
+from flask.testing import FlaskClient
 
-from kb_bridge.testing.engine_app import API, add_note
+from kb_bridge.local_engine.app import engine_of
+from kb_bridge.local_engine.embedding.embedder import Embedder
+from kb_bridge.testing.engine_app import API, add_note, wait_job
 from kb_bridge.testing.postgres import PostgresServer
 
 # The official PostgreSQL image makes its databases in this locale (tests/engine/test_engine_context.py).
@@ -39,3 +44,111 @@ def test_tags_are_listed_in_code_point_order_on_a_database_of_a_linguistic_colla
     assert [tag["name"] for tag in client.get(f"{API}/tags").json["tags"]] == in_code_points
     hits = client.post(f"{API}/search", json={"query": "tags", "mode": "fts"}).json["results"]
     assert hits[0]["tags"] == in_code_points
+
+
+def _named(response: Any, field: str) -> bool:
+    return response.status_code == 422 and str(response.json["error"]["message"]).startswith(field)
+
+
+@pytest.mark.both_stores
+def test_the_limits_the_contract_writes_down_are_enforced_at_their_edges(client: FlaskClient) -> None:
+    """docs/engine-api.md, "Limits": each accepted at its edge, and one past it is 422 naming the field."""
+    def note(**fields: Any) -> Any:
+        return client.post(f"{API}/jobs", json={"text": "limits", **fields})
+
+    edges: list[tuple[Callable[[int], Any], int, str]] = [
+        (lambda n: note(tags=[f"t{i}" for i in range(n)]), 100, "tags"),
+        (lambda n: note(tags=["x" * n]), 200, "tags"),
+        (lambda n: note(title="x" * n), 1000, "title"),
+        (lambda n: note(source_path="x" * n), 4096, "source_path"),
+        (lambda n: note(changed_by="x" * n), 200, "changed_by"),
+        (lambda n: client.post(f"{API}/jobs", json={"text": f"key {n}"}, headers={"Idempotency-Key": "k" * n}),
+         255, "Idempotency-Key"),
+        (lambda n: client.get(f"{API}/documents", query_string={"limit": n}), 500, "limit"),
+        (lambda n: client.get(f"{API}/jobs", query_string={"limit": n}), 500, "limit"),
+        (lambda n: client.post(f"{API}/search", json={"query": "x", "doc_type": "x" * n}), 50, "doc_type"),
+        (lambda n: client.post(f"{API}/search", json={"query": "x" * n}), 4000, "query"),
+        (lambda n: client.post(f"{API}/search", json={"query": "x", "top_n": n}), 100, "top_n"),
+    ]
+    for send, edge, field in edges:
+        taken = send(edge)
+        assert taken.status_code in (200, 202), (field, taken.json)
+        assert _named(send(edge + 1), field), field
+    assert _named(note(tags=["tab\there"]), "tags")  # no control characters in a tag
+    assert _named(note(tags=["  "]), "tags")  # nor a blank one
+    chunk = add_note(client, "a chunk to relate")["chunks"][0]["id"]
+    assert _named(client.get(f"{API}/chunks/{chunk}/related", query_string={"top_n": 101}), "top_n")
+
+
+@pytest.mark.both_stores
+def test_an_idempotency_key_compares_the_documents_fields_not_priority_or_unique_in(client: FlaskClient) -> None:
+    """"The same body" is what the document is made of; `priority` and `unique_in` are not compared, and a
+    request that queued nothing (a duplicate under `unique_in`) keeps no key."""
+    sent = {"text": "kept once", "tags": ["collection:a"]}
+    first = client.post(f"{API}/jobs", json={**sent, "unique_in": "collection:a"}, headers={"Idempotency-Key": "same"})
+    assert first.status_code == 202
+    for other in ({"priority": "bulk"}, {}):  # another priority; no unique_in
+        again = client.post(f"{API}/jobs", json={**sent, **other}, headers={"Idempotency-Key": "same"})
+        assert again.status_code == 200 and again.json["id"] == first.json["id"], other
+    changed = client.post(f"{API}/jobs", json={"text": "kept twice", "tags": ["collection:a"]},
+                          headers={"Idempotency-Key": "same"})
+    assert changed.status_code == 409 and changed.json["error"]["code"] == "conflict"
+    wait_job(client, first.json["id"])
+    body = {"text": "kept  once ", "tags": ["collection:a"], "unique_in": "collection:a"}
+    duplicate = client.post(f"{API}/jobs", json=body, headers={"Idempotency-Key": "dup"})
+    assert duplicate.status_code == 200 and duplicate.json["duplicate_of"] is not None
+    reused = client.post(f"{API}/jobs", json={**body, "text": "something else"}, headers={"Idempotency-Key": "dup"})
+    assert reused.status_code == 202  # the key was not kept: nothing was queued under it
+
+
+@pytest.mark.both_stores
+def test_versions_travel_as_etags_and_if_match_takes_their_forms(client: FlaskClient) -> None:
+    document = add_note(client, "etags", tags=["collection:a"])
+    path = f"{API}/documents/{document['id']}"
+    assert client.get(path).headers["ETag"] == '"1"'
+    assert "ETag" not in client.get(path, query_string={"version": 1}).headers
+    moved = client.patch(path, json={"title": "moved"}, headers={"If-Match": 'W/"1"'})
+    assert moved.status_code == 200 and moved.headers["ETag"] == '"2"'
+    updated = client.patch(f"{API}/notes/{document['id']}", json={"text": "new"}, headers={"If-Match": '"9", 2'})
+    assert updated.status_code == 200 and updated.headers["ETag"] == '"3"'
+    tagged = client.patch(f"{path}/tags", json={"add": ["x"]}, headers={"If-Match": "*"})
+    assert tagged.status_code == 200 and tagged.json["version"] == 4 and "ETag" not in tagged.headers
+    refused = client.delete(path, headers={"If-Match": '"3"'})
+    assert refused.status_code == 412 and refused.json["error"]["code"] == "precondition_failed"
+    assert client.delete(path, headers={"If-Match": "*"}).status_code == 204
+    assert client.delete(path, headers={"If-Match": "*"}).status_code == 404  # `*`: only a document that exists
+
+
+@pytest.mark.both_stores
+def test_removing_a_tag_the_document_does_not_carry_is_404(client: FlaskClient) -> None:
+    document = add_note(client, "one tag", tags=["kept"])
+    absent = client.delete(f"{API}/documents/{document['id']}/tags/gone")
+    assert absent.status_code == 404 and absent.json["error"]["code"] == "not_found"
+    assert "gone" in absent.json["error"]["message"]
+    assert client.get(f"{API}/documents/{document['id']}").json["version"] == 1
+
+
+@pytest.mark.both_stores
+def test_related_is_503_not_ready_while_the_model_loads(app: flask.Flask, client: FlaskClient) -> None:
+    chunk = add_note(client, "a chunk before the model")["chunks"][0]["id"]
+    gate = threading.Event()
+
+    def loading() -> Embedder:
+        gate.wait(60)
+        raise RuntimeError("released by the test")
+
+    engine_of(app).embedders.load(loading, background=True)
+    try:
+        answer = client.get(f"{API}/chunks/{chunk}/related")
+        assert answer.status_code == 503 and answer.json["error"]["code"] == "not_ready"
+    finally:
+        gate.set()
+
+
+@pytest.mark.both_stores
+def test_status_says_what_the_contract_lists_as_the_local_engines_additions(client: FlaskClient) -> None:
+    status = client.get(f"{API}/status").json
+    assert set(status["queue"]) == {"queued", "running", "done", "failed", "cancelled"}
+    assert set(status["embedder"]) == {"state", "reason"} and status["embedder"]["state"] == "disabled"
+    assert isinstance(status["indexes"], dict) and status["store"] in ("sqlite", "postgresql")
+    assert status["model"] is None and status["device"] == "cpu" and status["search_modes"] == ["fts"]
