@@ -152,3 +152,26 @@ def test_status_says_what_the_contract_lists_as_the_local_engines_additions(clie
     assert set(status["embedder"]) == {"state", "reason"} and status["embedder"]["state"] == "disabled"
     assert isinstance(status["indexes"], dict) and status["store"] in ("sqlite", "postgresql")
     assert status["model"] is None and status["device"] == "cpu" and status["search_modes"] == ["fts"]
+
+
+@pytest.mark.both_stores
+def test_a_notes_derived_title_follows_its_text_and_a_given_one_stays(client: FlaskClient) -> None:
+    """A note without a title is titled by its first line; a text update that leaves the title out derives
+    it anew while it is still the derived one, and leaves a title of its own as it is."""
+    derived = add_note(client, "\n## First line\nsecond")
+    assert derived["title"] == "First line"
+    assert add_note(client, "x" * 100)["title"] == "x" * 79 + "…"
+    updated = client.patch(f"{API}/notes/{derived['id']}", json={"text": "Other line\nmore"}).json
+    assert updated["title"] == "Other line"
+    given = add_note(client, "Plain text\nbody", title="Mine")
+    assert client.patch(f"{API}/notes/{given['id']}", json={"text": "New text"}).json["title"] == "Mine"
+
+
+@pytest.mark.both_stores
+def test_fields_a_request_does_not_know_are_ignored_except_by_a_documents_patch(client: FlaskClient) -> None:
+    assert client.post(f"{API}/search", json={"query": "x", "newer_field": 1}).status_code == 200
+    document = add_note(client, "unknown fields", later_field="ignored")
+    patched = client.patch(f"{API}/notes/{document['id']}", json={"text": "known", "tags": ["not here"]})
+    assert patched.status_code == 200 and patched.json["tags"] == []
+    refused = client.patch(f"{API}/documents/{document['id']}", json={"title": "t", "tags": ["x"]})
+    assert refused.status_code == 422 and "tags" in refused.json["error"]["message"]
