@@ -149,6 +149,7 @@ def test_patch_with_if_match_is_safe_to_retry(client: EngineClient, engine: resp
         (415, {"error": {"code": "unsupported_media_type", "message": "exe"}}, UnsupportedType, "UNSUPPORTED_TYPE"),
         (401, {"error": {"code": "unauthorized", "message": "bad key " + KEY}}, EngineAuthFailed, "ENGINE_AUTH_ERROR"),
         (403, {"detail": "Forbidden"}, EngineAuthFailed, "ENGINE_AUTH_ERROR"),
+        (421, {"error": {"code": "misdirected_request", "message": "host"}}, EngineFailure, "ENGINE_ERROR"),
         (400, {"error": {"code": "bad_request", "message": "query too long"}}, InvalidArgument, "VALIDATION_ERROR"),
     ],
 )
@@ -161,6 +162,17 @@ def test_35_engine_4xx_are_translated_and_not_retried(
     assert caught.value.code == code
     assert len(engine.calls) == 1
     assert KEY not in caught.value.message
+
+
+def test_a_host_the_engine_does_not_answer_for_is_named_as_the_bridges_misconfiguration(
+    client: EngineClient, engine: responses.RequestsMock,
+) -> None:
+    """The local engine answers 421 to a Host outside KB_ENGINE_ALLOWED_HOSTS (docs/engine-api.md, Errors): the
+    bridge said only "an unexpected status 421", on every call and in /readyz."""
+    engine.get(f"{API}/status", status=421, json={"error": {"code": "misdirected_request", "message": "no"}})
+    with pytest.raises(EngineFailure) as caught:
+        client.status()
+    assert "KB_ENGINE_ALLOWED_HOSTS" in caught.value.message and "unexpected" not in caught.value.message
 
 
 def test_a_missing_version_is_named_as_the_version_not_the_document(

@@ -150,6 +150,10 @@ _BY_STATUS: dict[int, Callable[[Answer], KbError]] = {
     412: lambda a: Conflict("the document changed since the version you expected", reason="version_mismatch"),
     413: lambda a: TooLarge("the engine refused the content as too large"),
     415: lambda a: UnsupportedType(),
+    # The engine's guard refuses a Host it does not answer for (DNS rebinding; docs/engine-api.md): the host in
+    # KB_ENGINE_URL, say a compose service name, is not among its KB_ENGINE_ALLOWED_HOSTS.
+    421: lambda a: EngineFailure("bridge misconfigured: the kb engine does not answer for the host in KB_ENGINE_URL "
+                                 "(add it to the engine's KB_ENGINE_ALLOWED_HOSTS)"),
     422: _rejected,
     429: _busy,
     502: _busy,
