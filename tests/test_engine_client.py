@@ -217,7 +217,9 @@ def test_36_huge_engine_body_is_refused(engine: responses.RequestsMock) -> None:
         client.status()
 
 
-@pytest.mark.parametrize("tag", ["collection:memory", "a/b", "?x=1", "%2F", "../up"])
+# ".." and "." alone are dot segments, which URL normalisation removes (urllib3): DELETE …/tags/.. went out as
+# DELETE …/documents/7/ and the tag could not be removed.
+@pytest.mark.parametrize("tag", ["collection:memory", "a/b", "?x=1", "%2F", "../up", "..", "."])
 def test_15_path_segments_are_encoded_as_one_segment(client: EngineClient, engine: responses.RequestsMock, tag: str) -> None:
     engine.add(responses.DELETE, url=__import__("re").compile(rf"{API}/documents/7/tags/.*"), json={"id": 7, "tags": [], "version": 2})
     client.remove_tag(7, tag)

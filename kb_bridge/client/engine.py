@@ -92,8 +92,10 @@ class _WatchedAdapter(HTTPAdapter):
 
 
 def segment(value: object) -> str:
-    """One URL path segment, with everything that could end or escape it percent-encoded."""
-    return quote(str(value), safe="")
+    """One URL path segment, with everything that could end or escape it percent-encoded: also the dots of a
+    segment that is "." or "..", which URL normalisation (RFC 3986, 5.2.4; urllib3 does it) would remove."""
+    encoded = quote(str(value), safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
 class EngineClient:

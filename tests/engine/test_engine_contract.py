@@ -129,6 +129,14 @@ def test_removing_a_tag_the_document_does_not_carry_is_404(client: FlaskClient) 
 
 
 @pytest.mark.both_stores
+def test_a_dot_segment_tag_is_removed_when_its_dots_are_percent_encoded(client: FlaskClient) -> None:
+    document = add_note(client, "dot tags", tags=["..", ".", "kept"])
+    for encoded in ("%2E%2E", "%2e"):
+        assert client.delete(f"{API}/documents/{document['id']}/tags/{encoded}").status_code == 200
+    assert client.get(f"{API}/documents/{document['id']}").json["tags"] == ["kept"]
+
+
+@pytest.mark.both_stores
 def test_related_is_503_not_ready_while_the_model_loads(app: flask.Flask, client: FlaskClient) -> None:
     chunk = add_note(client, "a chunk before the model")["chunks"][0]["id"]
     gate = threading.Event()
