@@ -106,7 +106,9 @@ def _idempotency_key() -> str | None:
     key = key.strip()
     if not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise ValidationError(f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")
-    return key
+    # PostgreSQL text cannot hold NUL (a 500 there, taken on SQLite). gunicorn refuses control characters in a
+    # header before we see it; another server, or the app run in-process, may not.
+    return validation.no_nul(key, "Idempotency-Key")
 
 
 def safe_filename(name: str) -> str:
