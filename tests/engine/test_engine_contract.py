@@ -186,3 +186,12 @@ def test_fields_a_request_does_not_know_are_ignored_except_by_a_documents_patch(
     assert patched.status_code == 200 and patched.json["tags"] == []
     refused = client.patch(f"{API}/documents/{document['id']}", json={"title": "t", "tags": ["x"]})
     assert refused.status_code == 422 and "tags" in refused.json["error"]["message"]
+
+
+@pytest.mark.both_stores
+def test_hits_of_equal_score_come_in_chunk_id_order_on_every_store(client: FlaskClient) -> None:
+    """Four notes that score alike for "fish": SQLite answered chunks 1, 3, 2, 4 and PostgreSQL 4, 1, 2, 3."""
+    chunks = [add_note(client, f"{word} fish")["chunks"][0]["id"] for word in ("one", "two", "three", "four")]
+    hits = client.post(f"{API}/search", json={"query": "fish", "mode": "fts"}).json["results"]
+    assert len({hit["score"] for hit in hits}) == 1
+    assert [hit["chunk_id"] for hit in hits] == sorted(chunks)

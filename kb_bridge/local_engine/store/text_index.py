@@ -188,7 +188,10 @@ class TextIndex:
         if not hits:
             return []
         ids = searcher.fast_field_values("chunk", [address for _, address in hits])
-        return [(int(chunk_id or 0), float(score)) for (score, _), chunk_id in zip(hits, ids, strict=True)]
+        found = [(int(chunk_id or 0), float(score)) for (score, _), chunk_id in zip(hits, ids, strict=True)]
+        # Equal scores by chunk id, as fusion orders them: tantivy's order (by where each chunk sits in the
+        # index's segments) differed between the stores, whose indexes are written in different batches.
+        return sorted(found, key=lambda hit: (-hit[1], hit[0]))
 
     def passages(self, query: str, texts: Sequence[str], max_chars: int) -> list[Passage | None]:
         """For each text, the stretch of at most about `max_chars` characters whose words weigh most for this
