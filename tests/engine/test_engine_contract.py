@@ -195,3 +195,12 @@ def test_hits_of_equal_score_come_in_chunk_id_order_on_every_store(client: Flask
     hits = client.post(f"{API}/search", json={"query": "fish", "mode": "fts"}).json["results"]
     assert len({hit["score"] for hit in hits}) == 1
     assert [hit["chunk_id"] for hit in hits] == sorted(chunks)
+
+
+@pytest.mark.both_stores
+def test_a_note_update_is_recorded_as_a_done_update_job(client: FlaskClient) -> None:
+    document = add_note(client, "before", tags=["collection:a"])
+    assert client.patch(f"{API}/notes/{document['id']}", json={"text": "after"}).status_code == 200
+    job = client.get(f"{API}/jobs", query_string={"limit": 1}).json["jobs"][0]
+    assert {key: job[key] for key in ("type", "status", "document_id", "priority", "tags")} == {
+        "type": "update", "status": "done", "document_id": document["id"], "priority": "bulk", "tags": None}
