@@ -79,7 +79,13 @@ def test_the_limits_the_contract_writes_down_are_enforced_at_their_edges(client:
                   "Idempotency-Key")
     assert _named(note(tags=["tab\there"]), "tags")  # no control characters in a tag
     assert _named(note(tags=["  "]), "tags")  # nor a blank one
-    chunk = add_note(client, "a chunk to relate")["chunks"][0]["id"]
+    assert client.post(f"{API}/search", json={"query": "x", "top_n": 5.0}).status_code == 200
+    assert _named(client.post(f"{API}/search", json={"query": "x", "top_n": True}), "top_n")
+    related = add_note(client, "a chunk to relate")
+    chunk = related["chunks"][0]["id"]
+    old = {"version": 5.0, "title": "t", "text": "old", "tags": [], "updated_at": "2020-01-01"}
+    refused = client.put(f"{API}/documents/{related['id']}/versions", json={"versions": [old]})
+    assert _named(refused, "versions[0].version")
     assert _named(client.get(f"{API}/chunks/{chunk}/related", query_string={"top_n": 101}), "top_n")
 
 
