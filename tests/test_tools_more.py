@@ -232,6 +232,19 @@ async def test_a_key_cursor_answered_by_an_engine_that_ignores_after_is_engine_u
     assert result.is_error and error["code"] == "ENGINE_UNSUPPORTED" and "3.14" in error["message"]
 
 
+async def test_an_earlier_version_from_an_engine_without_versions_is_engine_unsupported(
+        client: Client, engine: responses.RequestsMock) -> None:
+    """An engine before 3.9 ignores `?version=` and answers the document as it is now: that answer must never
+    pass for the earlier version the agent asked for (the bridge in front of an engine not yet upgraded)."""
+    engine.get(f"{API}/documents/42", json=document(42, version=2, content="the text as it is now"))
+    engine.get(f"{API}/documents/42/versions", status=404, json={"error": {"code": "not_found", "message": "nope"}})
+    engine.get(f"{API}/status", json={"version": "3.2.0"})
+    result = await client.call_tool("kb_get", {"document_id": 42, "version": 1})
+    error = result.structured_content["error"]
+    assert result.is_error and error["code"] == "ENGINE_UNSUPPORTED" and "3.9" in error["message"]
+    assert "the text as it is now" not in json.dumps(result.structured_content)
+
+
 async def test_a_key_walk_meeting_a_document_without_a_usable_key_says_the_engine_answered_badly(
         client: Client, engine: responses.RequestsMock) -> None:
     """No offset is known on a walk by key, so it cannot fall back to one: a clear error, never a wrong page."""

@@ -39,7 +39,13 @@ from kb_bridge.redaction import Redactor
 from kb_bridge.client import deadline
 from kb_bridge.client.retry import RetryPolicy
 from kb_bridge.client.translation import Outcome, clean_message, error_for_answer, transport_errors
-from kb_bridge.client.versions import engine_version, lacks_keyset_paging, lacks_time_filters, version_problem
+from kb_bridge.client.versions import (
+    engine_version,
+    lacks_keyset_paging,
+    lacks_time_filters,
+    lacks_versions,
+    version_problem,
+)
 from kb_bridge.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -227,8 +233,14 @@ class EngineClient:
         """A document as it was at `version`, with its text (engine 3.9)."""
         path = f"{API}/documents/{segment(document_id)}"
         # A 404 here is the version missing (kb_get reads the document first): named so, not as the document.
-        return self._json(Call("GET", path, "GET /documents/{id}?version", f"version {version} of document {document_id}",
-                               retry_safe=True, params={"version": version}))
+        answer = self._json(Call("GET", path, "GET /documents/{id}?version", f"version {version} of document {document_id}",
+                                 retry_safe=True, params={"version": version}))
+        # An engine before 3.9 ignores `version` and answers the document as it is now, which must never pass
+        # for the version asked for: checked on the answer, as for time bounds, so an old replica is caught.
+        if answer.get("version") != version:
+            status = self.status()
+            raise EngineUnsupported(lacks_versions(status, version), engine_version=engine_version(status) or None)
+        return answer
 
     def restore_versions(self, document_id: int, versions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Replace a note's earlier versions (import; engine 3.9). A PUT: repeating it changes nothing more."""

@@ -12,6 +12,8 @@ from typing import Any
 MIN_ENGINE_VERSION = (3, 0, 0)
 # Search and listings filtered by created/updated time (kb_search and kb_list `since`/`until`).
 TIME_FILTERS_VERSION = (3, 8, 0)
+# A note's earlier versions (GET /documents/{id}?version=N, GET …/versions): kb_get's `version`.
+VERSIONS_VERSION = (3, 9, 0)
 # Listings paged by key (GET /documents?after=): kb_list's and resources/list's cursors (tools/cursors.py).
 KEYSET_PAGING_VERSION = (3, 14, 0)
 
@@ -44,6 +46,15 @@ def lacks_time_filters(status: Mapping[str, Any]) -> str:
     version = engine_version(status) or "unknown"
     wanted = ".".join(str(n) for n in TIME_FILTERS_VERSION)
     return f"the kb engine (version {version}) cannot filter by time; since and until need engine {wanted} or newer"
+
+
+def lacks_versions(status: Mapping[str, Any], version: int) -> str:
+    """Why an engine that answered a request for an earlier version with another version cannot serve it (it
+    ignored `?version=` and answered the document as it is now)."""
+    engine = engine_version(status) or "unknown"
+    wanted = ".".join(str(n) for n in VERSIONS_VERSION)
+    return (f"the kb engine (version {engine}) keeps no earlier versions, so it cannot answer version {version}; "
+            f"that needs engine {wanted} or newer")
 
 
 def lacks_keyset_paging(status: Mapping[str, Any]) -> str:
