@@ -113,6 +113,38 @@ def test_a_notes_history_changed_by_and_duplicate_key_come_along(make_app: Calla
                                         "unique_in": "collection:memory"}).status_code == 202
 
 
+def test_an_older_stores_unpadded_years_arrive_in_four_digits(make_app: Callable[..., flask.Flask],
+                                                              tmp_path: Path, postgres_server: PostgresServer) -> None:
+    """Engines before SQLite schema 10 wrote a year before 1000 unpadded ("999-06-01T…"); schema 10 repairs
+    such times when the engine opens the store, but `migrate` reads a store as it is, and the PostgreSQL
+    schema's own repair (version 8) ran on an empty database. Unrepaired, the time sorted after every other
+    (listed first, "created after 2020", never "before 1500"). Built here as an engine of 2026-11-26 (schema
+    9) left it: a note imported with such times and edited once."""
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None)
+    client = source.test_client()
+    old = add_note(client, "A chronicle of the abbey, copied in the tenth century")
+    assert client.patch(f"{API}/notes/{old['id']}", json={"text": "A chronicle of the abbey"}).status_code == 200
+    recent = add_note(client, "A note of today")
+    engine_of(source).close()
+    with sqlite3.connect(data / "engine.sqlite3") as conn:
+        conn.execute("UPDATE documents SET created_at = '999-06-01T00:00:00.000Z', "
+                     "updated_at = '999-06-02T00:00:00.000Z' WHERE id = ?", (old["id"],))
+        conn.execute("UPDATE document_versions SET updated_at = '999-06-01T00:00:00.000Z' WHERE document_id = ?",
+                     (old["id"],))
+        conn.execute("PRAGMA user_version = 9")
+
+    url = postgres_server.new_database()
+    code, report, err = migrate(data, url)
+    assert code == 0 and report["ok"] is True, err
+    pg = make_app(data_dir=tmp_path / "replica", database_url=url).test_client()
+    document = pg.get(f"{API}/documents/{old['id']}").json
+    assert (document["created_at"], document["updated_at"]) == ("0999-06-01T00:00:00.000Z", "0999-06-02T00:00:00.000Z")
+    assert pg.get(f"{API}/documents/{old['id']}/versions").json["versions"][1]["updated_at"] == "0999-06-01T00:00:00.000Z"
+    assert [d["id"] for d in pg.get(f"{API}/documents").json["documents"]] == [recent["id"], old["id"]]
+    assert [d["id"] for d in pg.get(f"{API}/documents?created_before=1500-01-01").json["documents"]] == [old["id"]]
+
+
 def test_a_target_holding_other_documents_with_the_same_ids_fails_naming_them(
         make_app: Callable[..., flask.Flask], tmp_path: Path, postgres_server: PostgresServer) -> None:
     """A document whose id the target already holds was skipped as "already copied" whatever it held, and

@@ -19,6 +19,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ...errors import ConfigError
 from ..base import StoredChunk, StoredDocument, StoredVersion
@@ -158,7 +159,8 @@ def _document(conn: sqlite3.Connection, row: sqlite3.Row) -> StoredDocument:
                        (row["id"],)))
     return StoredDocument(id=row["id"], title=row["title"], doc_type=row["doc_type"], source_path=row["source_path"],
                           size_bytes=row["size_bytes"], sha256=row["sha256"], version=row["version"],
-                          created_at=row["created_at"], updated_at=row["updated_at"] or row["created_at"],
+                          created_at=_four_digit_year(row["created_at"]),
+                          updated_at=_four_digit_year(row["updated_at"] or row["created_at"]),
                           content=row["content"] or "", tags=tags, chunks=chunks, original=_original(conn, row["id"]),
                           changed_by=row["changed_by"] if "changed_by" in row.keys() else None,
                           versions=_versions(conn, row["id"]), note_keys=_note_keys(conn, row["id"]))
@@ -170,8 +172,22 @@ def _versions(conn: sqlite3.Connection, document_id: int) -> tuple[StoredVersion
         return ()
     rows = conn.execute("SELECT version, title, text, tags, updated_at, changed_by FROM document_versions "
                         "WHERE document_id = ? ORDER BY version", (document_id,))
-    return tuple(StoredVersion(r["version"], r["title"], r["text"], _tag_list(r["tags"]), r["updated_at"],
-                               r["changed_by"]) for r in rows)
+    return tuple(StoredVersion(r["version"], r["title"], r["text"], _tag_list(r["tags"]),
+                               _four_digit_year(r["updated_at"]), r["changed_by"]) for r in rows)
+
+
+def _four_digit_year(stamp: Any) -> Any:
+    """A time with a year of one to three digits ("999-06-01T…", as engines before schema 10 wrote years
+    before 1000) with its year padded to four, as schema 10 repairs it in place: a store read as it is (an
+    older one, which `kb-bridge migrate` copies without opening it as the engine would) must not carry the
+    unpadded form into PostgreSQL, whose schema's own repair has already run. Anything else is returned
+    unchanged (a row is whatever the file holds: the caller checks it)."""
+    if not isinstance(stamp, str):
+        return stamp
+    year, dash, rest = stamp.partition("-")
+    if dash and 1 <= len(year) <= 3 and year.isascii() and year.isdigit():
+        return year.zfill(4) + dash + rest
+    return stamp
 
 
 def _tag_list(text: str) -> tuple[str, ...]:
