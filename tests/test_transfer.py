@@ -73,6 +73,20 @@ def test_times_are_checked_naming_the_field() -> None:
     assert (kept.created_at, kept.updated_at) == ("2021-01-01T08:00:00.000Z", "2022-02-02T09:00:00Z")
 
 
+def test_an_older_engines_unpadded_year_is_imported_in_four_digits() -> None:
+    """An engine before SQLite schema 10 (PostgreSQL 8), up to 2026-11-26, answered a year before 1000 as
+    "999-06-01T…", so its export holds that form; the record imports with the year padded, as that schema
+    repairs such times in place, instead of being refused as not ISO-8601."""
+    kept = check_record({"doc_type": "note", "text": "x", "created_at": "999-06-01T00:00:00.000Z",
+                         "updated_at": "999-06-02T00:00:00.000Z",
+                         "history": [{"version": 1, "title": "x", "text": "w", "tags": [],
+                                      "updated_at": "45-01-01T00:00:00.000Z"}]})
+    assert (kept.created_at, kept.updated_at) == ("0999-06-01T00:00:00.000Z", "0999-06-02T00:00:00.000Z")
+    assert kept.history[0]["updated_at"] == "0045-01-01T00:00:00.000Z"
+    with pytest.raises(InvalidArgument, match="^created_at: is not an ISO-8601 timestamp"):
+        check_record({"doc_type": "note", "text": "x", "created_at": "99999-01-01T00:00:00Z"})
+
+
 def test_a_record_is_the_same_document_by_source_path_or_else_by_title_and_text() -> None:
     def identity(**fields: object) -> tuple[str | None, ...]:
         return check_record({"doc_type": "note", "text": "Same text.", "collection": "memory", **fields}).identity

@@ -123,9 +123,10 @@ def check_record(raw: Any, line: int = 0) -> Record:
     for tag in tags:
         _utf8(tag, "tags")
     tags = collection_tags.check_user_tags(tags)
-    for name in TIME_FIELDS:
-        if raw.get(name):
-            _timestamp(raw[name], name)
+    times = {name: _four_digit_year(raw.get(name)) or None for name in TIME_FIELDS}
+    for name, value in times.items():
+        if value:
+            _timestamp(value, name)
     text, original, doc_type = raw.get("text"), raw.get("original_base64"), raw.get("doc_type")
     if doc_type != "note" and original is None and text:
         doc_type = "note"  # a file exported without its bytes (engine before 3.6) comes back as a note of its text
@@ -148,9 +149,9 @@ def check_record(raw: Any, line: int = 0) -> Record:
     return Record(line=line, collection=collection, tags=tags, title=raw.get("title") or None,
                   source_path=raw.get("source_path") or None, text=text if data is None else None,
                   filename=raw.get("filename") if data is not None else None, data=data, sha256=sha256,
-                  key=record_key(raw, sha256), created_at=raw.get("created_at") or None,
-                  updated_at=raw.get("updated_at") or None,
-                  history=check_history(raw.get("history")) if data is None else ())
+                  key=record_key(raw, sha256), created_at=times["created_at"], updated_at=times["updated_at"],
+                  history=tuple({**version, "updated_at": _four_digit_year(version["updated_at"])}
+                                for version in check_history(raw.get("history"))) if data is None else ())
 
 
 def record_key(raw: dict[str, Any], sha256: str) -> str:
@@ -160,6 +161,19 @@ def record_key(raw: dict[str, Any], sha256: str) -> str:
     meaning["sha256"] = sha256  # of the content itself, whatever the file claims
     canonical = json.dumps(meaning, sort_keys=True, separators=(",", ":"))  # ASCII: lone surrogates escaped
     return KEY_PREFIX + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _four_digit_year(value: Any) -> Any:
+    """A time with a year of one to three digits padded to four: engines before SQLite schema 10 (PostgreSQL
+    schema 8), up to 2026-11-26, answered a year before 1000 as "999-06-01T…", so their exports hold that
+    form, which is no ISO-8601 and which those schemas repair in place the same way. Anything else as given
+    (the checks that follow judge it)."""
+    if not isinstance(value, str):
+        return value
+    year, dash, rest = value.partition("-")
+    if dash and 1 <= len(year) <= 3 and year.isascii() and year.isdigit():
+        return year.zfill(4) + dash + rest
+    return value
 
 
 def _timestamp(value: str, name: str) -> None:
