@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None, display: ProgressDisplay | None = None) 
             from .store.postgres import prepare_database
 
             prepare_database(config.database_url)  # reachable, pgvector, schema not newer: or exit here
+        else:
+            from .store.sqlite.schema import refuse_newer
+
+            refuse_newer(config.database_path)  # a rolled-back kb-bridge: one line here, not a worker's traceback
     except StoreUnavailable as exc:
         print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
         return 1

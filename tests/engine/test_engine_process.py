@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import urllib.error
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from kb_bridge.local_engine.embedding.embedder import bundled_model_dir
+from kb_bridge.local_engine.store.sqlite.schema import LATEST_VERSION
 
 from kb_bridge.testing.engine_app import wait_for
 
@@ -159,6 +161,23 @@ def test_a_second_engine_on_the_same_data_dir_is_refused(engines: list[EnginePro
     engines.append(second)
     assert second.process.wait(60) == 2
     assert "in use by another engine" in second.log()
+
+
+def test_a_database_from_a_newer_engine_stops_the_engine_in_one_line(engines: list[EngineProcess],
+                                                                     tmp_path: Path) -> None:
+    """A team that rolls back to an older kb-bridge after an upgrade has a database at a schema this engine
+    does not know: it stops in the foreground with exit 2 and one line, as on PostgreSQL, not a worker's
+    traceback and gunicorn's "Worker failed to boot" (exit 3)."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    with sqlite3.connect(data / "engine.sqlite3") as conn:
+        conn.execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
+    newer = EngineProcess(data, tmp_path / "newer.log", {"KB_ENGINE_EMBEDDER": "none"})
+    engines.append(newer)
+    assert newer.process.wait(60) == 2
+    log = newer.log()
+    assert f"schema version {LATEST_VERSION + 1}, newer than this engine knows" in log, log
+    assert "Traceback" not in log and "Worker failed to boot" not in log
 
 
 @pytest.mark.skipif(bundled_model_dir() is None, reason="needs the embedding model (kb-bridge[engine])")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sqlite3
+from pathlib import Path
 
 from ...errors import ConfigError
 
@@ -240,14 +241,35 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
+def refuse_newer(path: Path) -> None:
+    """ConfigError when the database at `path` (if any) is newer than this engine: the command line checks
+    this before serving, so that a rolled-back kb-bridge stops with one line (exit 2), as on PostgreSQL,
+    rather than in gunicorn's worker with a traceback. Read-only: the worker migrates, under its lock."""
+    if not path.is_file():
+        return
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            version = schema_version(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return  # not a database this check can read: the engine's own start says what is wrong with it
+    _refuse_newer(version)
+
+
+def _refuse_newer(version: int) -> None:
+    if version > LATEST_VERSION:
+        raise ConfigError(
+            f"the database is at schema version {version}, newer than this engine knows ({LATEST_VERSION}); "
+            "upgrade kb-bridge or use another --data directory"
+        )
+
+
 def migrate(conn: sqlite3.Connection, target: int = LATEST_VERSION) -> int:
     """Bring the database up to `target` (tests stop early to build an old database). Returns the version."""
     current = schema_version(conn)
-    if current > LATEST_VERSION:
-        raise ConfigError(
-            f"the database is at schema version {current}, newer than this engine knows ({LATEST_VERSION}); "
-            "upgrade kb-bridge or use another --data directory"
-        )
+    _refuse_newer(current)
     for migration in MIGRATIONS:
         if current < migration.version <= target:
             _apply(conn, migration)
