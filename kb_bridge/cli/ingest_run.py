@@ -7,7 +7,10 @@ each is indexed), then what they replace and what --prune removes; `outcomes` sa
   document, while content that returns to an earlier version (edit A -> B -> A) is a new attempt with a new
   key. The engine answers a key with its job for 24 h: a job that comes back over (cancelled, failed, or its
   document deleted or moved since, as --prune does) belongs to an earlier attempt, and the file is uploaded
-  again under a key that names that job (the same chain on every rerun, so a retry still finds its own job);
+  again under a key that names that job (the same chain on every rerun, so a retry still finds its own job).
+  The key is tried first as kb-bridges before 2026-11-27 made it and then, if the engine refuses it for
+  another body (the same file sent with other tags), naming the tags sent, so that a run an older kb-bridge
+  left unfinished is continued across an upgrade, not queued twice;
 - a job cancelled while the run waits (the bridge's tasks/cancel, the console) is final: the file is reported
   `cancelled`, and the next run uploads it again;
 - a changed file's old document is deleted only once the new version is indexed and found at its
@@ -37,7 +40,7 @@ from kb_bridge.cli.ingest_plan import CHANGED, Plan, Step, Stored
 from kb_bridge.cli.ingest_state import Known
 from kb_bridge.cli.progress import Progress
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.errors import EngineAuthFailed, EngineUnavailable, KbError
+from kb_bridge.errors import Conflict, EngineAuthFailed, EngineUnavailable, KbError
 from kb_bridge.uploads.multipart import SizeChanged, file_job_body
 
 BLOCK = 1024 * 1024
@@ -91,14 +94,16 @@ def _blocks(handle: BinaryIO) -> Iterator[bytes]:
         raise _ReadFailed(exc) from exc
 
 
-def _idempotency_key(step: Step, tags: Sequence[str], after: int | None) -> str:
+def _idempotency_key(step: Step, tags: Sequence[str] | None, after: int | None) -> str:
     """The same for every try of one attempt (a rerun after Ctrl-C finds its job), new for a new attempt: the
     documents an attempt replaces are the ones the previous attempt stored, and `after` is the earlier attempt's
     job the engine answered for the key without it. The tags sent (the collection's and the root's among them)
-    are part of it: the engine refuses a key used again with another body, so one folder loaded into two
-    collections, or with other --tags, within the key's 24 hours failed every file."""
-    parts = [step.source_path, str(step.sha256), *(str(document_id) for document_id in sorted(step.replaces)),
-             "tags " + ",".join(tags)]
+    are part of it when given: the engine refuses a key used again with another body, so one folder loaded into
+    two collections, or with other --tags, within the key's 24 hours failed every file. Without them (None) it
+    is the key kb-bridges before 2026-11-27 sent, which _upload tries first."""
+    parts = [step.source_path, str(step.sha256), *(str(document_id) for document_id in sorted(step.replaces))]
+    if tags is not None:
+        parts.append("tags " + ",".join(tags))
     if after is not None:
         parts.append(f"after job {after}")
     return IDEMPOTENCY_PREFIX + hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -190,11 +195,22 @@ class Ingestion:
         with handle:
             body = file_job_body(candidate.path.name, candidate.size, lambda: _blocks(handle), fields, progress)
             after: int | None = None
+            # First the key without the tags, as kb-bridges before 2026-11-27 sent it: a run one of them left
+            # with this file still queued (interrupted, or stopped for an upgrade) gets its job back instead of
+            # a second document. The engine refuses that key when it was used with another body (this file sent
+            # with other tags, into another collection), and then the key naming the tags is this upload's.
+            named: Sequence[str] | None = None
             while True:
                 try:
-                    job = self._client.upload_file_job(body, _idempotency_key(step, tags, after))
+                    job = self._client.upload_file_job(body, _idempotency_key(step, named, after))
                 except (EngineUnavailable, EngineAuthFailed):
                     raise  # nothing else will get through either
+                except Conflict as exc:
+                    if named is not None:
+                        self._fail(step, sent[0], exc.message)
+                        return
+                    named = tags
+                    continue
                 except KbError as exc:
                     self._fail(step, sent[0], exc.message)
                     return

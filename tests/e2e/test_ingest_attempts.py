@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import flask
 import pytest
 import requests
 
+from kb_bridge.cli.ingest_files import resolve_roots
 from kb_bridge.testing.held_engine import HeldEngine
 from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine, wait_until
 
@@ -148,6 +150,47 @@ def test_a_job_cancelled_while_the_run_waits_is_reported_and_a_rerun_stores_the_
     assert code == 0 and (report["added"], report["skipped"], report["cancelled"]) == (1, 1, 0), report
     assert {doc["source_path"] for doc in documents(held.url, "cancels")} == {"queue/kept.md", "queue/cancelled.md"}
     assert fts(held.url, "shorelark", "cancels")
+
+
+def test_a_run_an_older_kb_bridge_left_queued_is_continued_not_queued_twice(held: HeldEngine,
+                                                                           tmp_path: Path) -> None:
+    """kb-bridges before 2026-11-27 sent an upload's Idempotency-Key without the tags: the source_path and the
+    content's SHA-256 only. A run one of them left with files still queued (Ctrl-C, or the engine stopped for
+    the upgrade) is continued by the current one, which gets those jobs back, rather than queueing each such
+    file a second time (two documents at one source_path). Built here as that run left it: the file's job,
+    queued under the old key with the body the old run sent (the same fields as now)."""
+    folder = tmp_path / "handbook"
+    folder.mkdir()
+    content = b"The ring ouzel nests on the crag above the tarn."
+    (folder / "ouzel.md").write_bytes(content)
+    source_path, tag = "handbook/ouzel.md", resolve_roots([folder])[0].tag
+    old_key = "kb-ingest-" + hashlib.sha256(f"{source_path}\n{hashlib.sha256(content).hexdigest()}".encode()).hexdigest()
+    answers: list[int] = []
+
+    @held.app.after_request
+    def count(response: flask.Response) -> flask.Response:
+        if flask.request.method == "POST" and flask.request.path == "/api/v1/jobs":
+            answers.append(response.status_code)
+        return response
+
+    gate = held.hold()
+    try:
+        old = requests.post(f"{held.url}/api/v1/jobs", headers={"Authorization": f"Bearer {KEY}", "Idempotency-Key": old_key},
+                            data=[("title", "ouzel.md"), ("source_path", source_path), ("priority", "bulk"),
+                                  ("tags", "collection:upgraded"), ("tags", tag)],
+                            files={"file": ("ouzel.md", content)}, timeout=30)
+        assert old.status_code == 202, old.text
+        process = subprocess.Popen(ingest_argv(tmp_path, str(folder), "--collection", "upgraded"), env=_env(held.url),
+                                   cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: len(answers) >= 2 or process.poll() is not None, DEADLINE, what="the run's upload")
+        gate.set()
+        out, err = process.communicate(timeout=DEADLINE)
+    finally:
+        gate.set()
+    report = json.loads(out)
+    assert process.returncode == 0 and report["added"] == 1, (report, err)
+    assert answers == [202, 200]  # the run's upload got the old run's job back
+    assert [doc["source_path"] for doc in documents(held.url, "upgraded")] == [source_path]
 
 
 def test_a_failed_file_is_tried_again_by_the_next_run(engine: Service, tmp_path: Path) -> None:
