@@ -22,6 +22,7 @@ from kb_bridge.errors import (
     NotANote,
     NotFound,
     OutcomeUnknown,
+    Retryable,
     TooLarge,
     UnsupportedType,
 )
@@ -174,6 +175,21 @@ def test_a_host_the_engine_does_not_answer_for_is_named_as_the_bridges_misconfig
         client.status()
     assert "KB_ENGINE_ALLOWED_HOSTS" in caught.value.message and "unexpected" not in caught.value.message
 
+
+
+def test_a_full_engine_disk_says_nothing_was_stored_and_is_not_retried(
+    client: EngineClient, engine: responses.RequestsMock,
+) -> None:
+    """The local engine answers 507 storage_full when its disk is full, with nothing of the request stored: the
+    agent is told so (it may send the note again later without making two), where a generic ENGINE_ERROR left
+    it guessing; a retry at once would meet the same full disk."""
+    engine.post(f"{API}/jobs", status=507, json={"error": {"code": "storage_full", "message": "the data directory is full"}})
+    with pytest.raises(EngineFailure) as caught:
+        client.create_note_job({"text": "remember this"}, "k-1")
+    assert not isinstance(caught.value, Retryable)
+    assert caught.value.code == "ENGINE_ERROR"
+    assert "nothing was stored" in caught.value.message and "full" in caught.value.message
+    assert len(engine.calls) == 1
 
 def test_a_missing_version_is_named_as_the_version_not_the_document(
     client: EngineClient, engine: responses.RequestsMock,

@@ -159,6 +159,10 @@ _BY_STATUS: dict[int, Callable[[Answer], KbError]] = {
     502: _busy,
     503: _busy,
     504: _busy,
+    # The local engine's data directory is full (docs/engine-api.md, 507 storage_full): nothing of the request was
+    # stored, so the agent may send it again once an operator has made room; retrying at once would not help.
+    507: lambda a: EngineFailure("the kb engine's storage is full and nothing was stored; try again once an "
+                                 "operator has freed space on the engine's disk"),
 }
 
 
