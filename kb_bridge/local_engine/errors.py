@@ -83,6 +83,11 @@ class StoreUnavailable(NotReady):
     code = "store_unavailable"
 
 
+class IndexWriteFailed(EngineError):
+    """The full-text index could not be written (a full disk): the change is in the database, and is applied
+    to the index again at the next write (store/text_index.py). 500, `internal`, with a message that says so."""
+
+
 class IngestionError(EngineError):
     """A document's content cannot be turned into text; becomes a failed job's error message."""
 

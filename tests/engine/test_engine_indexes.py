@@ -339,3 +339,55 @@ def test_a_job_stored_whose_marking_done_failed_is_not_stored_again(tmp_path: Pa
     done = store.get_job(int(str(job["id"])))
     assert (done["status"], done["document_id"]) == ("done", documents[0])
     store.close()
+
+
+class _WriterWhoseNextCommitHitsAFileSizeLimit:
+    """A real tantivy writer whose next commit meets a real I/O error (EFBIG: files the process writes are
+    capped at one byte while it runs, as RLIMIT_FSIZE or a full disk would stop them)."""
+
+    def __init__(self, writer: object) -> None:
+        self._writer = writer
+        self.failed = False
+
+    def commit(self) -> object:
+        import resource
+
+        if self.failed:
+            return self._writer.commit()  # type: ignore[attr-defined]
+        self.failed = True
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))  # Python ignores SIGXFSZ: the write fails
+        try:
+            return self._writer.commit()  # type: ignore[attr-defined]
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._writer, name)
+
+
+def test_changes_a_full_text_index_commit_failed_to_write_are_indexed_once_it_can_write(tmp_path: Path) -> None:
+    """A tantivy commit that fails writing a file (a full disk) left its writer broken: later commits said
+    they succeeded and added nothing, so the recorded position passed documents the index never got, and a
+    restart did not bring them back. The writer is dropped and the changes applied again at the next write."""
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 3, seed=1)
+    assert store.indexes.text is not None
+    failing = _WriterWhoseNextCommitHitsAFileSizeLimit(store.indexes.text._writer)
+    store.indexes.text._writer = failing  # type: ignore[assignment]
+    with pytest.raises(Exception) as failed:
+        _add(store, 3, seed=2)  # stored in the database; the index commit fails
+    assert failing.failed
+    _add(store, 2, seed=3)  # the next write, with room again
+    _check_consistent(store, data)
+    assert store.search_text("word2x1", DocumentFilter(), 10)
+    store.close()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _check_consistent(store, data)
+    assert store.search_text("word2x1", DocumentFilter(), 10)
+    store.close()
+    assert "the change is stored" in str(failed.value)

@@ -21,17 +21,19 @@ with the identity of the database it follows; `position` is None when it must be
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import tantivy
 
 from ..clock import epoch_millis
+from ..errors import IndexWriteFailed
 from .base import DocumentFilter, Passage, Ranking
 from .query_terms import query_words
 
@@ -47,6 +49,7 @@ _WRITER_HEAP = 64 * 1024 * 1024
 _MAX_WORD = 40  # longer "words" are noise (hashes, base64) and are left out, as they would only bloat it
 # The index's field for each document column a time bound names (DocumentFilter.time_bounds).
 TIME_FIELDS = {"created_at": "created", "updated_at": "updated"}
+
 
 # (chunk id, document id, title, text, doc_type, tags, created_at, updated_at): one chunk as the index holds
 # it; the times as the store keeps them (clock.py).
@@ -94,7 +97,8 @@ class TextIndex:
         directory.mkdir(parents=True, exist_ok=True)
         self._index = tantivy.Index(self._schema, path=str(directory), reuse=True)
         self._index.register_tokenizer(ANALYZER, self._analyzer)
-        self._writer: tantivy.IndexWriter | None = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        self._writer: tantivy.IndexWriter | None = self._new_writer()
+        self._closed = False
         position = manifest.get("position")
         self.position: int | None = int(str(position)) if position is not None else None
 
@@ -102,49 +106,78 @@ class TextIndex:
 
     def put(self, rows: Iterable[ChunkRow]) -> None:
         """Add or replace chunks (searchable after `commit`)."""
-        for chunk_id, document_id, title, text, doc_type, tags, created_at, updated_at in rows:
-            self._live_writer().delete_documents_by_term("chunk", chunk_id)
-            body = " ".join([title] * self.title_repeats + [text])
-            try:
-                times = {"created": epoch_millis(created_at), "updated": epoch_millis(updated_at)}
-            except ValueError:
-                # A time this engine cannot read (older engines wrote year 999 as "999-…", clock.py): the chunk
-                # goes in without its times, found by search and by no time bound, rather than stop the index
-                # (and with it every later job, and the engine's start) at this row for ever.
-                times = {}
-                logger.warning("document %d: its times %r, %r are not ISO-8601; its chunk %d is indexed without "
-                               "them, so no time bound finds it", document_id, created_at[:40], updated_at[:40],
-                               chunk_id)
-            document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type, **times)
-            for tag in tags:
-                document.add_text("tag", tag)
-            self._live_writer().add_document(document)
+        with self._writing() as writer:
+            for chunk_id, document_id, title, text, doc_type, tags, created_at, updated_at in rows:
+                writer.delete_documents_by_term("chunk", chunk_id)
+                body = " ".join([title] * self.title_repeats + [text])
+                try:
+                    times = {"created": epoch_millis(created_at), "updated": epoch_millis(updated_at)}
+                except ValueError:
+                    # A time this engine cannot read (older engines wrote year 999 as "999-…", clock.py): the
+                    # chunk goes in without its times, found by search and by no time bound, rather than stop
+                    # the index (and with it every later job, and the engine's start) at this row for ever.
+                    times = {}
+                    logger.warning("document %d: its times %r, %r are not ISO-8601; its chunk %d is indexed "
+                                   "without them, so no time bound finds it", document_id, created_at[:40],
+                                   updated_at[:40], chunk_id)
+                document = tantivy.Document(chunk=chunk_id, doc=document_id, body=body, doc_type=doc_type, **times)
+                for tag in tags:
+                    document.add_text("tag", tag)
+                writer.add_document(document)
 
     def remove_chunks(self, chunk_ids: Iterable[int]) -> None:
-        for chunk_id in chunk_ids:
-            self._live_writer().delete_documents_by_term("chunk", chunk_id)
+        with self._writing() as writer:
+            for chunk_id in chunk_ids:
+                writer.delete_documents_by_term("chunk", chunk_id)
 
     def remove_documents(self, document_ids: Iterable[int]) -> None:
-        for document_id in document_ids:
-            self._live_writer().delete_documents_by_term("doc", document_id)
+        with self._writing() as writer:
+            for document_id in document_ids:
+                writer.delete_documents_by_term("doc", document_id)
 
     def clear(self) -> None:
-        self._live_writer().delete_all_documents()
+        with self._writing() as writer:
+            writer.delete_all_documents()
 
     def commit(self, position: int) -> None:
         """Make the changes searchable and durable, then record that they reach `position` in the log."""
-        self._live_writer().commit()
+        with self._writing() as writer:
+            writer.commit()
         self._index.reload()
         self.position = position
         _write_manifest(self.directory, {**self._identity, "position": position})
 
-    def _live_writer(self) -> tantivy.IndexWriter:
-        if self._writer is None:
+    def _new_writer(self) -> tantivy.IndexWriter:
+        return self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[tantivy.IndexWriter]:
+        """The index's writer; one that fails is dropped with every change since the last commit, and the next
+        change opens a new one. After an I/O error (a full disk, a file over RLIMIT_FSIZE) tantivy's writer is
+        not to be used again: one killed refuses every later change, and one whose commit failed writing a
+        file went on "committing" nothing, so the position recorded past changes the index never got (for
+        good: it survived a restart). The caller has not moved its position past the changes dropped, so
+        they are applied again (store/derived.py)."""
+        if self._closed:
             raise RuntimeError("the full-text index is closed")
-        return self._writer
+        if self._writer is None:
+            self._writer = self._new_writer()
+        writer = self._writer
+        try:
+            yield writer
+        except Exception as exc:
+            self._writer = None
+            with contextlib.suppress(Exception):
+                writer.wait_merging_threads()  # releases its lock on the directory for the next writer
+            logger.error("writing the full-text index failed; its changes since its last commit are dropped "
+                         "and applied again at the next write: %s", exc)
+            raise IndexWriteFailed("the full-text index could not be written (the engine log says why: a full "
+                                   "disk?); the change is stored and is found by full-text search once the "
+                                   "index can be written again") from exc
 
     def close(self) -> None:
         """Wait for background merges and release the index's write lock; the index is unusable after."""
+        self._closed = True
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.wait_merging_threads()
