@@ -391,3 +391,60 @@ def test_changes_a_full_text_index_commit_failed_to_write_are_indexed_once_it_ca
     assert store.search_text("word2x1", DocumentFilter(), 10)
     store.close()
     assert "the change is stored" in str(failed.value)
+
+
+class _GraphWhoseSavesHitAFileSizeLimit:
+    """A real usearch index whose saves meet a real I/O error part way (files capped at 4 KiB while it
+    writes, as RLIMIT_FSIZE or a disk with that much room left would stop them)."""
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+        self.saves = 0
+
+    def save(self, path: str) -> None:
+        import resource
+
+        self.saves += 1
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # Python ignores SIGXFSZ: the write fails
+        try:
+            self._index.save(path)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._index, name)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+def test_a_vector_index_save_that_fails_neither_fails_the_write_nor_leaves_its_partial_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vector index is saved after the write that reaches `SAVE_EVERY_CHANGES`; a save that failed (a full
+    disk) raised out of that write, stored, as a 500, and again at every write until the disk had room, and
+    left the index's partial copy holding the space the database needed, across restarts."""
+    from kb_bridge.local_engine.store import derived
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 30, seed=1)
+    assert store.indexes.vectors is not None
+    graph = _GraphWhoseSavesHitAFileSizeLimit(store.indexes.vectors._index)
+    store.indexes.vectors._index = graph  # type: ignore[assignment]
+    monkeypatch.setattr(derived, "SAVE_EVERY_CHANGES", 2)
+    _add(store, 3, seed=2)  # the save it triggers fails; the write does not
+    _add(store, 3, seed=3)  # nor is it tried again at each write
+    assert graph.saves == 1
+    assert not list((data / "indexes").glob("*.tmp"))
+    _check_consistent(store, data)
+    store.indexes.vectors._index = graph._index  # type: ignore[assignment]
+    store.close()
+    (data / "indexes" / "vectors.usearch.tmp").write_bytes(b"\0" * 4096)  # as a save killed half-way leaves
+    store = _store(data)
+    assert not (data / "indexes" / "vectors.usearch.tmp").exists()
+    store.use_embeddings(MODEL, DIM)
+    _check_consistent(store, data)
+    store.close()

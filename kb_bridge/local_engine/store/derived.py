@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 SAVE_EVERY_CHANGES = 100_000
 SAVE_EVERY_SECONDS = 600.0
+SAVE_RETRY_SECONDS = 60.0  # after a save that failed (a full disk): not at every write meanwhile
 # If vectors have not been in use for this many logged changes (an engine run without a model), stop
 # keeping the log for them: a later start rebuilds them from the table instead.
 MAX_VECTOR_LAG = 2_000_000
@@ -95,6 +96,7 @@ class DerivedIndexes:
         self._vector_floor: int | None = None  # the vectors' position on disk, while it may still be used
         self._unsaved = 0
         self._last_save = time.monotonic()
+        self._save_retry_at = 0.0
 
     @property
     def position(self) -> int:
@@ -119,8 +121,9 @@ class DerivedIndexes:
                 self._rebuild_text(conn)
         self._text_position = int(self.text.position or 0)
         if self.follow_vectors and _has_vector_library():
-            from .vector_index import saved_manifest
+            from .vector_index import remove_temporary_files, saved_manifest
 
+            remove_temporary_files(self.vector_path)  # a save killed half-way
             saved = saved_manifest(self.vector_path)
             if saved.get("database") == self._epoch and isinstance(saved.get("position"), int):
                 self._vector_floor = int(str(saved["position"]))
@@ -147,7 +150,7 @@ class DerivedIndexes:
         self._vector_floor = self._vector_position
         self.catch_up()
         if self._unsaved:
-            self._save_vectors()
+            self._try_saving_vectors()
         return len(self.vectors)
 
     def _build_vectors(self, conn: Any, dim: int) -> VectorIndex:
@@ -165,7 +168,7 @@ class DerivedIndexes:
 
     def close(self) -> None:
         if self.vectors is not None and self._unsaved:
-            self._save_vectors()
+            self._try_saving_vectors()
         if self.text is not None:
             self.text.close()
 
@@ -258,10 +261,21 @@ class DerivedIndexes:
     # --- saving and pruning ----------------------------------------------------------------------------------
 
     def _maybe_save_vectors(self) -> None:
-        if self.vectors is None or not self._unsaved:
+        if self.vectors is None or not self._unsaved or time.monotonic() < self._save_retry_at:
             return
         if self._unsaved >= SAVE_EVERY_CHANGES or time.monotonic() - self._last_save >= SAVE_EVERY_SECONDS:
+            self._try_saving_vectors()
+
+    def _try_saving_vectors(self) -> None:
+        """Save the vector index, or log why not. A save only shortens the replay at the next start: the log
+        is kept from the last save that succeeded, so a failed one loses nothing, and must not fail the write
+        that happened to trigger it (stored, and searchable in memory). Tried again `SAVE_RETRY_SECONDS` on."""
+        try:
             self._save_vectors()
+        except (OSError, RuntimeError) as exc:  # usearch: RuntimeError("Failed to serialize into stream")
+            self._save_retry_at = time.monotonic() + SAVE_RETRY_SECONDS
+            logger.error("saving the vector index to %s failed (a full disk?): %s; the change log is kept from "
+                         "its last save and replayed at the next start", self.vector_path, exc)
 
     def _save_vectors(self) -> None:
         assert self.vectors is not None

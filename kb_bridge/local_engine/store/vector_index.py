@@ -188,17 +188,21 @@ class VectorIndex:
         """Write the index, then its manifest (`identity`: the database, the model and the log position the
         vectors reach), each atomically. A crash between the two leaves a manifest whose count does not
         match the index, which `restore` refuses."""
-        tmp = path.with_name(path.name + ".tmp")
-        with self._lock.reading():
-            self._index.save(str(tmp))
-            count = len(self._index)
-        _fsync(tmp)
-        os.replace(tmp, path)
-        manifest = path.with_name(path.name + MANIFEST_SUFFIX)
-        tmp_manifest = manifest.with_name(manifest.name + ".tmp")
-        tmp_manifest.write_text(json.dumps({**identity, "dim": self.dim, "count": count}))
-        _fsync(tmp_manifest)
-        os.replace(tmp_manifest, manifest)
+        tmp, tmp_manifest = temporary_files(path)
+        try:
+            with self._lock.reading():
+                self._index.save(str(tmp))
+                count = len(self._index)
+            _fsync(tmp)
+            os.replace(tmp, path)
+            tmp_manifest.write_text(json.dumps({**identity, "dim": self.dim, "count": count}))
+            _fsync(tmp_manifest)
+            os.replace(tmp_manifest, path.with_name(path.name + MANIFEST_SUFFIX))
+        except BaseException:
+            # A save cut short by a full disk leaves as much of the index as fitted: the space it holds is
+            # what the database's next writes need.
+            remove_temporary_files(path)
+            raise
 
     @classmethod
     def restore(cls, path: Path, identity: dict[str, object], dim: int,
@@ -217,6 +221,17 @@ class VectorIndex:
             return None
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # the stub lacks the property's setter
         return cls(dim, index, exact_below)
+
+
+def temporary_files(path: Path) -> tuple[Path, Path]:
+    """Where `save` writes the index and its manifest before moving them in place."""
+    return path.with_name(path.name + ".tmp"), path.with_name(path.name + MANIFEST_SUFFIX + ".tmp")
+
+
+def remove_temporary_files(path: Path) -> None:
+    """Remove what a save that failed, or was killed, left (as large as the index: 0.8 GB a million)."""
+    for tmp in temporary_files(path):
+        tmp.unlink(missing_ok=True)
 
 
 def saved_manifest(path: Path) -> dict[str, object]:
