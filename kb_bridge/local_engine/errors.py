@@ -83,6 +83,14 @@ class StoreUnavailable(NotReady):
     code = "store_unavailable"
 
 
+class StorageFull(EngineError):
+    """The data directory's disk is full (or a file reached RLIMIT_FSIZE): what the request wrote was rolled
+    back (api/errors.py tells it from the database's or the file system's own error)."""
+
+    code = "storage_full"
+    status = 507
+
+
 class IndexWriteFailed(EngineError):
     """The full-text index could not be written (a full disk): the change is in the database, and is applied
     to the index again at the next write (store/text_index.py). 500, `internal`, with a message that says so."""

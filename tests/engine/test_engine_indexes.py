@@ -448,3 +448,42 @@ def test_a_vector_index_save_that_fails_neither_fails_the_write_nor_leaves_its_p
     store.use_embeddings(MODEL, DIM)
     _check_consistent(store, data)
     store.close()
+
+
+def test_a_write_stored_and_indexed_is_not_failed_by_the_bookkeeping_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a write is stored and its indexes committed, recording the text index's position and pruning
+    the change log can still meet a full disk; either raised out of the write, stored and searchable,
+    which a client then reads as failed (the API answers a full disk "nothing of this request was
+    stored"). Neither is needed now: the position on disk stays the earlier one, the log unpruned."""
+    import errno
+    import sqlite3
+
+    from kb_bridge.local_engine.store import derived, text_index
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _add(store, 2, seed=1)
+    assert store.indexes.text is not None
+    on_disk = store.indexes.text.position
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def database_full(*args: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(text_index.json, "dump", full)  # the manifest's temporary file cannot be written
+        patch.setattr(derived.DerivedIndexes, "_prune", database_full)
+        _add(store, 2, seed=2)
+    assert store.indexes.text.position == on_disk  # what the disk says, so nothing is pruned past it
+    assert not list((data / "indexes" / "text").glob(".*.tmp"))
+    assert store.search_text("word2x1", DocumentFilter(), 10)
+    store.close()
+    store = _store(data)
+    store.use_embeddings(MODEL, DIM)
+    _check_consistent(store, data)
+    store.close()

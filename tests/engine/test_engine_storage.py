@@ -182,3 +182,27 @@ def test_a_commit_that_fails_leaves_no_transaction_holding_the_write_lock(tmp_pa
         conn.execute("INSERT INTO meta (key, value) VALUES ('after', 'a failed commit')")
     assert database.connection().execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
     database.close()
+
+
+def test_a_full_disk_is_answered_507_storage_full_and_stores_nothing(app: flask.Flask) -> None:
+    """A write the disk had no room for was `500 internal`, "the engine log has the details": a client
+    could not tell a full disk (free space, send it again) from a bug. SQLite refuses to grow the database
+    here as on a full disk (SQLITE_FULL, by `max_page_count` on the connection the test client's requests
+    use)."""
+    client = app.test_client()
+    first = add_note(client, "A heron by the weir")
+    conn = engine_of(app).store.db.connection()
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    try:
+        answer = client.post(f"{API}/jobs", json={"text": "kingfisher " * 20_000})
+        patched = client.patch(f"{API}/notes/{first['id']}", json={"text": "cormorant " * 20_000})
+    finally:
+        conn.execute("PRAGMA max_page_count = 1073741823")
+    for response in (answer, patched):
+        assert response.status_code == 507, response.json
+        assert response.json["error"]["code"] == "storage_full"
+        assert "full" in response.json["error"]["message"]
+    assert client.get(f"{API}/jobs?limit=50").json["total"] == 1  # nothing of either stored
+    assert client.get(f"{API}/documents/{first['id']}").json["version"] == 1
+    assert client.post(f"{API}/jobs", json={"text": "kingfisher"}).status_code == 202  # room again

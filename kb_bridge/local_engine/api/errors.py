@@ -7,12 +7,14 @@ a generic 500 that reveals nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from ..errors import EngineError, Unauthorized
+from ..errors import EngineError, StorageFull, Unauthorized
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +62,38 @@ def _http_error(error: HTTPException) -> Response:
     return response
 
 
+# A file the engine writes that cannot grow: no room on the disk, the user's quota, RLIMIT_FSIZE.
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 def _unexpected(error: Exception) -> Response:
+    full = _full_disk(error)
+    if full is not None:
+        logger.error("a request failed: %s", full, exc_info=error)
+        return _engine_error(full)
     logger.exception("unhandled error while serving a request")
     return error_response(500, "internal", "internal error; the engine log has the details")
+
+
+def _full_disk(error: BaseException) -> StorageFull | None:
+    """A full disk found in `error` or what it was raised from, as the 507 a client can act on; None for
+    anything else. SQLite rolls the statement's transaction back (SQLITE_FULL), and an upload's part file
+    goes with its request, so nothing of the request is stored."""
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain an exception was raised from (or while handling)
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
+            reason = seen.strerror or "no space left"
+            break
+        if isinstance(seen, sqlite3.OperationalError) and getattr(seen, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            reason = "the database could not grow"
+            break
+        seen = seen.__cause__ or seen.__context__
+    else:
+        return None
+    return StorageFull(f"the engine's data directory is full ({reason}): nothing of this request was stored; "
+                       "free space there and send it again")
 
 
 def init_app(app: Flask) -> None:

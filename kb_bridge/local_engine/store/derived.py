@@ -194,7 +194,12 @@ class DerivedIndexes:
             self._text_position = max(self._text_position, changes[-1][0])
         if read:
             self._maybe_save_vectors()
-            self._prune()
+            try:
+                self._prune()
+            except Exception as exc:
+                # Housekeeping after a write that is stored and indexed (a full disk refuses the DELETE too):
+                # the log is pruned after a later write instead.
+                logger.warning("pruning the change log failed: %s", exc)
         return read
 
     def _rebuild_text_if_forgotten(self, conn: Any) -> None:

@@ -144,8 +144,16 @@ class TextIndex:
         with self._writing() as writer:
             writer.commit()
         self._index.reload()
+        try:
+            _write_manifest(self.directory, {**self._identity, "position": position})
+        except OSError as exc:
+            # The changes are committed and searchable: a manifest left at an earlier position (a full disk)
+            # only makes the next start apply them again, so the write that made them has not failed.
+            # `position` stays what the disk says, so the log is not pruned past it.
+            logger.warning("recording the full-text index's position failed: %s; the changes it holds are "
+                           "applied again at the next start", exc)
+            return
         self.position = position
-        _write_manifest(self.directory, {**self._identity, "position": position})
 
     def _new_writer(self) -> tantivy.IndexWriter:
         return self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
@@ -171,8 +179,8 @@ class TextIndex:
                 writer.wait_merging_threads()  # releases its lock on the directory for the next writer
             logger.error("writing the full-text index failed; its changes since its last commit are dropped "
                          "and applied again at the next write: %s", exc)
-            raise IndexWriteFailed("the full-text index could not be written (the engine log says why: a full "
-                                   "disk?); the change is stored and is found by full-text search once the "
+            raise IndexWriteFailed("the full-text index could not be written (a full disk, a directory it may "
+                                   "not write: the engine log says why); the change is stored and is found by full-text search once the "
                                    "index can be written again") from exc
 
     def close(self) -> None:
@@ -361,8 +369,12 @@ def _read_manifest(directory: Path) -> dict[str, object]:
 
 def _write_manifest(directory: Path, data: dict[str, object]) -> None:
     tmp = directory / f".{MANIFEST}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, directory / MANIFEST)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, directory / MANIFEST)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
