@@ -84,11 +84,14 @@ class StoreUnavailable(NotReady):
 
 
 class StorageFull(EngineError):
-    """The data directory's disk is full (or a file reached RLIMIT_FSIZE): what the request wrote was rolled
-    back (api/errors.py tells it from the database's or the file system's own error)."""
+    """The data directory's disk is full (or a file reached RLIMIT_FSIZE): what the request or job wrote was
+    rolled back (store/sqlite/db.py, api/errors.py tell it from SQLite's or the file system's own error)."""
 
     code = "storage_full"
     status = 507
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the engine's data directory is full ({reason}); nothing was stored: free space there")
 
 
 class IndexWriteFailed(EngineError):

@@ -206,3 +206,50 @@ def test_a_full_disk_is_answered_507_storage_full_and_stores_nothing(app: flask.
     assert client.get(f"{API}/jobs?limit=50").json["total"] == 1  # nothing of either stored
     assert client.get(f"{API}/documents/{first['id']}").json["version"] == 1
     assert client.post(f"{API}/jobs", json={"text": "kingfisher"}).status_code == 202  # room again
+
+
+def test_a_transaction_the_disk_has_no_room_for_is_storage_full_and_the_next_one_is_written(tmp_path: Path) -> None:
+    """SQLite rolls a transaction back itself when the database cannot grow (SQLITE_FULL, here by
+    `max_page_count` as a full disk would); the ROLLBACK after it failed "cannot rollback - no transaction is
+    active", which hid the full disk from the log, the client and the worker."""
+    from kb_bridge.local_engine.errors import StorageFull
+
+    database = db.Database(tmp_path / "engine.sqlite3")
+    migrations.migrate(database.connection())
+    conn = database.connection()
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(StorageFull, match="full"):
+        with database.write() as conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('big', ?)", ("x" * 1_000_000,))
+    conn.execute("PRAGMA max_page_count = 1073741823")
+    with database.write() as conn:
+        conn.execute("INSERT INTO meta (key, value) VALUES ('after', 'room again')")
+    assert conn.execute("SELECT COUNT(*) FROM meta WHERE key = 'big'").fetchone()[0] == 0
+    database.close()
+
+
+def test_a_job_the_disk_had_no_room_to_store_is_stored_once_there_is(
+        app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's document that met a full disk failed the job for good ("internal error while storing the
+    document"), and an upload's file went with it: a note or file acknowledged 202 was lost to a passing
+    condition. It is kept and written again, as when PostgreSQL is away."""
+    from kb_bridge.local_engine.ingest import worker
+
+    client = app.test_client()
+    monkeypatch.setattr(worker, "IDLE_POLL_SECONDS", 0.05)
+    real_insert = documents.insert_document
+    refused: list[int] = []
+
+    def insert_once_full(*args: object, **kwargs: object) -> object:
+        if not refused:
+            refused.append(1)
+            full = sqlite3.OperationalError("database or disk is full")
+            full.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]  # as SQLite sets it
+            raise full
+        return real_insert(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(documents, "insert_document", insert_once_full)
+    note = add_note(client, "A grebe diving under the pontoon")  # done, not failed
+    assert refused
+    assert client.get(f"{API}/documents?limit=10").json["total"] == 1
+    assert note["title"].startswith("A grebe")

@@ -92,8 +92,7 @@ def _full_disk(error: BaseException) -> StorageFull | None:
         seen = seen.__cause__ or seen.__context__
     else:
         return None
-    return StorageFull(f"the engine's data directory is full ({reason}): nothing of this request was stored; "
-                       "free space there and send it again")
+    return StorageFull(reason)
 
 
 def init_app(app: Flask) -> None:

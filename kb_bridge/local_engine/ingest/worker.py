@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from ..clock import now_iso
 from ..embedding.embedder import Embedder, EmbedderSlot
-from ..errors import IngestionError, StoreUnavailable
+from ..errors import IngestionError, StorageFull, StoreUnavailable
 from ..store.base import ClaimedJob, FinishedJob, NewDocument, Original, PreparedChunks, Store
 from . import scheduling
 from .chunking import embedding_input
@@ -431,10 +431,13 @@ class IngestionWorker:
             try:
                 stored = self._store.complete_jobs([work.finished(self._staging.directory) for work in group], now_iso())
                 break
-            except StoreUnavailable as exc:
-                # The database is away (PostgreSQL restarting): keep the work and write it when it is back.
-                # At stop the jobs stay in flight and go back to the queue (or another replica's lease).
-                logger.warning("%s; keeping %d finished job(s) until it is back", exc.message, len(group))
+            except (StoreUnavailable, StorageFull) as exc:
+                # The database is away (PostgreSQL restarting) or its disk full: keep the work and write it
+                # when it is back or there is room; failed, a job acknowledged with 202 (an upload whose file
+                # then goes) would be lost to a passing condition. At stop the jobs stay in flight and go back
+                # to the queue (or another replica's lease).
+                logger.warning("%s; keeping %d finished job(s) to write again in %.0f s", exc.message, len(group),
+                               IDLE_POLL_SECONDS)
                 if self._stop.wait(IDLE_POLL_SECONDS):
                     return
             except Exception:

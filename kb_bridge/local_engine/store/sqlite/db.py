@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from ...errors import StorageFull
+
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 10_000
@@ -30,6 +32,13 @@ def in_parts(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
     for start in range(0, len(values), IN_PART):
         part = list(values[start : start + IN_PART])
         yield part, ", ".join("?" * len(part))
+
+
+def _raise_if_full(error: BaseException) -> None:
+    """A transaction refused for want of room as StorageFull: a client is told what to do (507), and the
+    ingestion worker keeps a finished job to write again, where any other error fails it."""
+    if isinstance(error, sqlite3.OperationalError) and getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        raise StorageFull("the database could not grow") from error
 
 
 class Database:
@@ -73,17 +82,22 @@ class Database:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            # SQLite rolls back itself on some errors (SQLITE_FULL): a ROLLBACK then would fail ("no
+            # transaction is active") and hide what did.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            _raise_if_full(exc)
             raise
         try:
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             # A COMMIT that fails (a full disk, an I/O error) can leave the transaction open, and with it the
             # write lock: every later write would wait for it and fail ("database is locked"), this thread's
             # at once ("cannot start a transaction within a transaction"), until a restart.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            _raise_if_full(exc)
             raise
 
     @contextlib.contextmanager
