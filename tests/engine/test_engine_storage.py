@@ -253,3 +253,25 @@ def test_a_job_the_disk_had_no_room_to_store_is_stored_once_there_is(
     assert refused
     assert client.get(f"{API}/documents?limit=10").json["total"] == 1
     assert note["title"].startswith("A grebe")
+
+
+def test_a_job_whose_full_text_index_commit_failed_is_done_only_once_search_finds_it(
+        app: flask.Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job stored whose full-text index commit then failed (a full disk) was marked done, as a job stored
+    whose marking done failed is, though full-text search did not find it until some later write caught the
+    index up; "a job that is done is searchable" (what kb_addnote with `wait` relies on) did not hold. It is
+    written again (its document attached, not a second one) until the index takes it."""
+    from kb_bridge.local_engine.ingest import worker
+    from tests.engine.test_engine_indexes import _WriterWhoseNextCommitHitsAFileSizeLimit
+
+    client = app.test_client()
+    monkeypatch.setattr(worker, "IDLE_POLL_SECONDS", 0.05)
+    text = engine_of(app).store.indexes.text
+    assert text is not None
+    failing = _WriterWhoseNextCommitHitsAFileSizeLimit(text._writer)
+    text._writer = failing  # type: ignore[assignment]
+    note = add_note(client, "A dipper walking under the stream")
+    assert failing.failed
+    hits = client.post(f"{API}/search", json={"query": "dipper", "mode": "fts"}).json["results"]
+    assert [hit["document_id"] for hit in hits] == [note["id"]]
+    assert client.get(f"{API}/documents?limit=10").json["total"] == 1

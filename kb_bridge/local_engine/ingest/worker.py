@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from ..clock import now_iso
 from ..embedding.embedder import Embedder, EmbedderSlot
-from ..errors import IngestionError, StorageFull, StoreUnavailable
+from ..errors import IndexWriteFailed, IngestionError, StorageFull, StoreUnavailable
 from ..store.base import ClaimedJob, FinishedJob, NewDocument, Original, PreparedChunks, Store
 from . import scheduling
 from .chunking import embedding_input
@@ -431,11 +431,13 @@ class IngestionWorker:
             try:
                 stored = self._store.complete_jobs([work.finished(self._staging.directory) for work in group], now_iso())
                 break
-            except (StoreUnavailable, StorageFull) as exc:
+            except (StoreUnavailable, StorageFull, IndexWriteFailed) as exc:
                 # The database is away (PostgreSQL restarting) or its disk full: keep the work and write it
                 # when it is back or there is room; failed, a job acknowledged with 202 (an upload whose file
-                # then goes) would be lost to a passing condition. At stop the jobs stay in flight and go back
-                # to the queue (or another replica's lease).
+                # then goes) would be lost to a passing condition. Stored but not yet in the full-text index,
+                # it is written again too (its document attached, not a second one), so that it is done only
+                # once searchable. At stop the jobs stay in flight and go back to the queue (or another
+                # replica's lease; a job with its document is marked done at the next start).
                 logger.warning("%s; keeping %d finished job(s) to write again in %.0f s", exc.message, len(group),
                                IDLE_POLL_SECONDS)
                 if self._stop.wait(IDLE_POLL_SECONDS):
