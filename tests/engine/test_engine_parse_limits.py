@@ -1,6 +1,6 @@
 """A file is read in a child process with a time and a memory limit (ingest/file_reader.py): a pathological
 one fails its job saying which limit (and the setting), a note sent meanwhile does not wait for it, a job can
-be cancelled while its file is read, and a job left running by stopped engines is resumed at most
+be cancelled while its file is read, and a job stopped engines were working on is resumed at most
 MAX_RESUMES times (store/base.py).
 
 The slow file is a PDF whose pages all share one content stream: pypdf parses it again for every page, so
@@ -108,8 +108,10 @@ def test_a_file_over_the_memory_limit_fails_naming_it_and_the_engine_goes_on(
     assert after["status"] == "done", after
 
 
-def test_a_job_left_running_is_resumed_at_most_max_resumes_times(tmp_path: Path, database_url: str | None) -> None:
-    """Each stop below is a crash as the next start sees it: the store closed with the job still running."""
+def test_a_job_left_working_is_resumed_at_most_max_resumes_times(tmp_path: Path, database_url: str | None) -> None:
+    """Each stop below is a crash as the next start sees it: the store closed with the jobs still running. A
+    claimed job is being prepared (working) until the worker marks it waiting for the model; only a stop
+    while a job is worked on counts against it (Store.set_working)."""
     config = EngineConfig(data_dir=tmp_path / "data", database_url=database_url)
     config.data_dir.mkdir(parents=True)
 
@@ -121,20 +123,27 @@ def test_a_job_left_running_is_resumed_at_most_max_resumes_times(tmp_path: Path,
 
     store, _ = started()
     job, _ = store.submit(Submission("note", {"text": "ends the engine"}, priority=2), None, now_iso())
+    waiting, _ = store.submit(Submission("note", {"text": "waits for the model"}, priority=2), None, now_iso())
     for _ in range(MAX_RESUMES):
-        claimed = store.claim_job(now_iso())
-        assert claimed is not None and claimed.id == job["id"]
+        claimed = [store.claim_job(now_iso()), store.claim_job(now_iso())]
+        assert [item.id for item in claimed if item is not None] == [job["id"], waiting["id"]]
+        store.set_working([waiting["id"]], False)  # prepared, claimed ahead of the model
         store.close()
         store, resumed = started()
-        assert resumed == 1 and store.get_job(job["id"])["status"] == "queued"
-    assert store.claim_job(now_iso()) is not None
+        assert resumed == 2
+        assert [store.get_job(item["id"])["status"] for item in (job, waiting)] == ["queued", "queued"]
+    assert store.claim_job(now_iso()) is not None and store.claim_job(now_iso()) is not None
+    store.set_working([waiting["id"]], False)
     store.close()
     store, resumed = started()
     try:
-        assert resumed == 0
+        assert resumed == 1
         failed = store.get_job(job["id"])
         assert failed["status"] == "failed" and failed["finished_at"]
         assert failed["error"].startswith(f"the engine stopped while running this job {MAX_RESUMES + 1} times")
+        assert store.get_job(waiting["id"])["status"] == "queued"  # never blamed, however many stops
+        claimed_again = store.claim_job(now_iso())
+        assert claimed_again is not None and claimed_again.id == waiting["id"]
         assert store.claim_job(now_iso()) is None
     finally:
         store.close()

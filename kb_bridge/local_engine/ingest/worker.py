@@ -24,6 +24,10 @@ Four threads, each doing one kind of work, so that the model is never idle waiti
   once search finds them (store/base.py). A group that fails to write is retried job by job, so one bad job
   fails alone.
 
+A job is marked working in the store (Store.set_working) while it is prepared, in a model window, or
+finished and waiting to be stored, and not while it waits for the model: a stop is counted against the jobs
+being worked on (MAX_RESUMES), never against those only claimed ahead.
+
 Every job a thread holds is in `_in_flight` until it is stored or failed. Stopping takes the threads down
 between model calls and puts the jobs they held back in the queue; a crash leaves them `running`, and the
 next start requeues them (or marks done those already stored). Nothing already stored is lost either way.
@@ -40,7 +44,7 @@ import mimetypes
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -293,12 +297,17 @@ class IngestionWorker:
             logger.exception("job %d failed unexpectedly", job.id)
             self._fail(work, f"internal error while ingesting ({type(exc).__name__}); see the engine log")
             return
+        if work.missing:
+            # Prepared: it waits for the model now, and a stop meanwhile is not its doing. Before put(): the
+            # embed thread marks it again when it takes it, and this must not undo that. Before `counted`
+            # too: a job that shows progress is no longer blamed for a stop (what the tests wait for).
+            self._set_working([work], False)
         work.left = len(work.missing)
         work.counted = True
         if work.missing:
             self._ahead.put(work)
         else:
-            self._finished.put(work)
+            self._finished.put(work)  # still working: the store thread has it next
 
     def _read(self, work: _Work) -> NewDocument | None:
         """The job's document, its file read by the reader; None when the read was stopped: by a cancel
@@ -340,13 +349,25 @@ class IngestionWorker:
             taken = self._ahead.take(self._window, _TICK)
             self.notify()  # room ahead: the claiming threads may claim more
             if taken:
-                self._embed(embedder, taken)
+                self._embed_window(embedder, taken)
             elif not self._backfill(embedder):
                 self._ahead.take(0, IDLE_POLL_SECONDS)  # sleep until work arrives
 
-    def _embed(self, embedder: Embedder, taken: list[tuple[_Work, int]]) -> None:
+    def _embed_window(self, embedder: Embedder, taken: list[tuple[_Work, int]]) -> None:
+        """Embed a window, its jobs marked working while the model has them (a stop now counts against them,
+        store/base.py MAX_RESUMES): one write before the window and one after, never one per chunk."""
+        marked = {work for work, _ in taken}
+        self._set_working(marked, True)
+        try:
+            self._embed(embedder, taken, marked)
+        finally:
+            # Jobs with chunks left wait for a later window, no longer to blame; finished ones stay marked
+            # until stored (the store thread has them).
+            self._set_working([work for work in marked if work.left and not work.failed], False)
+
+    def _embed(self, embedder: Embedder, taken: list[tuple[_Work, int]], marked: set[_Work]) -> None:
         """Embed a window, prompt work first, then shortest texts first, one model call per `batch_size`
-        chunks; prompt work arriving meanwhile goes between two calls."""
+        chunks; prompt work arriving meanwhile goes between two calls (its jobs marked working too)."""
         inputs = {(id(work), row): embedding_input(work.document.title, work.texts[row])  # type: ignore[union-attr]
                   for work, row in taken}
         taken.sort(key=lambda pair: scheduling.call_order(pair[0].lane, len(inputs[id(pair[0]), pair[1]])))
@@ -356,7 +377,11 @@ class IngestionWorker:
             if self._stop.is_set():
                 return  # the jobs are requeued by stop()
             if not prompt_only and self._ahead.has_prompt():
-                self._embed(embedder, self._ahead.take(batch * scheduling.PROMPT_CALLS_BETWEEN, 0, prompt_only=True))
+                between = self._ahead.take(batch * scheduling.PROMPT_CALLS_BETWEEN, 0, prompt_only=True)
+                new = {work for work, _ in between} - marked
+                self._set_working(new, True)
+                marked |= new
+                self._embed(embedder, between, marked)
             part = [(work, row) for work, row in taken[start : start + batch] if not work.failed]
             if not part:
                 continue
@@ -470,6 +495,18 @@ class IngestionWorker:
             return None
         total = len(work.texts)
         return total - work.left, total
+
+    def _set_working(self, works: Iterable[_Work], working: bool) -> None:
+        """Store.set_working for these jobs. A failure is logged, not raised: the work goes on, and at worst a
+        stop is blamed on a job that was waiting, or not on one worked on (the database was away)."""
+        job_ids = {work.job.id for work in works}
+        if not job_ids:
+            return
+        try:
+            self._store.set_working(job_ids, working)
+        except Exception:
+            logger.warning("could not mark job(s) %s %s", sorted(job_ids), "working" if working else "waiting",
+                           exc_info=True)
 
     def _release(self, work: _Work) -> None:
         with self._in_flight_lock:

@@ -29,7 +29,8 @@ JSON = dict[str, object]
 # `cancelled` (3.10): a queued job taken back by DELETE /api/v1/jobs/{id} before any worker claimed it.
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 # How many times a job found running at a start (its engine stopped without putting it back: a crash, a
-# kill, a lost lease) is run again. A file that ends the engine each time it is read (out of memory) would
+# kill, a lost lease) while it was being worked on is run again: a job only claimed ahead of the model
+# (Store.set_working) is not blamed, or the same innocent jobs would be at every restart. A file that ends the engine each time it is read (out of memory) would
 # otherwise be resumed at every start, for ever; past this it fails with RESUME_LIMIT_ERROR.
 MAX_RESUMES = 3
 RESUME_LIMIT_ERROR = (f"the engine stopped while running this job {MAX_RESUMES + 1} times (a crash, a kill or a "
@@ -290,6 +291,11 @@ class Store(Protocol):
         Jobs no longer running are skipped. Returns {job id: document id} of those stored."""
 
     def fail_job(self, job_id: int, error: str, now: str) -> None: ...
+
+    def set_working(self, job_ids: Collection[int], working: bool) -> None:
+        """Mark running jobs as being worked on (prepared, embedded or stored: a stop now is blamed on them) or
+        as waiting (claimed ahead of the model: a stop now is not). A claim marks its job working; recover()
+        and a takeover count a resume only for a job left working (MAX_RESUMES)."""
 
     def requeue_job(self, job_id: int) -> None: ...
 

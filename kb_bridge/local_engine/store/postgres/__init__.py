@@ -242,6 +242,11 @@ class PostgresStore(SqlReads, SqlWrites):
             note_keys.job_ended(conn, job_id)
         self._hold(job_id, False)
 
+    def set_working(self, job_ids: Collection[int], working: bool) -> None:
+        if job_ids:
+            with self.db.write() as conn:
+                jobs.set_working(conn, sorted(job_ids), self.replica, working)
+
     def requeue_job(self, job_id: int) -> None:
         with self.db.write() as conn:
             jobs.requeue(conn, job_id, self.replica)

@@ -99,16 +99,16 @@ def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
     while True:
         rows = dicts(
             conn,
-            f"SELECT {_CLAIMED}, document_id, resumes FROM jobs WHERE status = 'running' AND lease_expires < now() "
-            f"{of_type}ORDER BY lease_expires LIMIT 1 FOR UPDATE SKIP LOCKED",
+            f"SELECT {_CLAIMED}, document_id, resumes + working AS resumes FROM jobs WHERE status = 'running' "
+            f"AND lease_expires < now() {of_type}ORDER BY lease_expires LIMIT 1 FOR UPDATE SKIP LOCKED",
             type_params,
         )
-        if not rows or rows[0]["resumes"] < MAX_RESUMES:
+        if not rows or rows[0]["resumes"] <= MAX_RESUMES:
             break
-        # Resumed MAX_RESUMES times already: the replicas running it keep stopping.
+        # Its replicas stopped while working on it more than MAX_RESUMES times: it may be what stops them.
         _give_up(conn, int(rows[0]["id"]), now)
-    if rows:  # a takeover is a resume
-        conn.execute("UPDATE jobs SET resumes = resumes + 1 WHERE id = %s", (rows[0]["id"],))
+    if rows:  # a takeover is a resume when its replica stopped while working on it (not one only claimed ahead)
+        conn.execute("UPDATE jobs SET resumes = resumes + working WHERE id = %s", (rows[0]["id"],))
     else:
         among, params = ("", []) if priorities is None else ("AND priority = ANY(%s) ", [list(priorities)])
         rows = dicts(
@@ -121,7 +121,8 @@ def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
         return None
     row = rows[0]
     conn.execute(
-        "UPDATE jobs SET status = 'running', started_at = %s, lease_owner = %s, "
+        # Working from its claim: the claiming thread prepares it at once (set_working).
+        "UPDATE jobs SET status = 'running', started_at = %s, lease_owner = %s, working = 1, "
         "lease_expires = now() + make_interval(secs => %s) WHERE id = %s",
         (now, owner, lease_seconds, row["id"]),
     )
@@ -189,21 +190,29 @@ def cancel_job(conn: Any, job_id: int, now: str, running_owner: str | None = Non
     return job, str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
+def set_working(conn: Any, job_ids: Sequence[int], owner: str, working: bool) -> None:
+    """Mark jobs this replica holds as worked on (prepared, embedded or stored) or waiting (Store.set_working)."""
+    conn.execute("UPDATE jobs SET working = %s WHERE id = ANY(%s) AND status = 'running' AND lease_owner = %s",
+                 (int(working), list(job_ids), owner))
+
+
 def requeue(conn: Any, job_id: int, owner: str) -> None:
-    conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, lease_owner = NULL, lease_expires = NULL "
-                 "WHERE id = %s AND status = 'running' AND lease_owner = %s", (job_id, owner))
+    conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, lease_owner = NULL, lease_expires = NULL, "
+                 "working = 0 WHERE id = %s AND status = 'running' AND lease_owner = %s", (job_id, owner))
 
 
 def requeue_owned(conn: Any, owner: str, now: str) -> tuple[int, list[int]]:
-    """At start: this replica's jobs from before a crash go back to the queue at once (not after the lease),
-    each at most MAX_RESUMES times: (jobs requeued, ids of those failed instead)."""
-    conn.execute("UPDATE jobs SET resumes = resumes + 1 WHERE status = 'running' AND lease_owner = %s", (owner,))
+    """At start: this replica's jobs from before a crash go back to the queue at once (not after the lease);
+    one it stopped while working on counts a resume, and one resumed MAX_RESUMES times already fails instead
+    (a job only claimed ahead is not blamed): (jobs requeued, ids of those failed)."""
+    conn.execute("UPDATE jobs SET resumes = resumes + working WHERE status = 'running' AND lease_owner = %s",
+                 (owner,))
     given_up = [int(row[0]) for row in conn.execute(
         "SELECT id FROM jobs WHERE status = 'running' AND lease_owner = %s AND resumes > %s", (owner, MAX_RESUMES))]
     for job_id in given_up:
         _give_up(conn, job_id, now)
     requeued = int(conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, lease_owner = NULL, "
-                                "lease_expires = NULL WHERE status = 'running' AND lease_owner = %s",
+                                "lease_expires = NULL, working = 0 WHERE status = 'running' AND lease_owner = %s",
                                 (owner,)).rowcount)
     return requeued, given_up
 

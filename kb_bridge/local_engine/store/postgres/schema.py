@@ -203,6 +203,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "(store/base.py, MAX_RESUMES)", (
         "ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0",
     )),
+    Migration(10, "whether a running job is being worked on, so that a stop or a lost lease counts as its "
+                  "resume (store/base.py, MAX_RESUMES)", (
+        "ALTER TABLE jobs ADD COLUMN working INTEGER NOT NULL DEFAULT 0",
+    )),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -159,6 +159,11 @@ class SqliteStore(SqlReads, SqlWrites):
             jobs.fail_job(conn, job_id, error, now)
             note_keys.job_ended(conn, job_id)
 
+    def set_working(self, job_ids: Collection[int], working: bool) -> None:
+        if job_ids:
+            with self.db.write() as conn:
+                jobs.set_working(conn, job_ids, working)
+
     def requeue_job(self, job_id: int) -> None:
         with self.db.write() as conn:
             jobs.requeue(conn, job_id)

@@ -85,7 +85,8 @@ def claim_next(conn: sqlite3.Connection, now: str, priorities: Collection[int] |
         f"{among}{of_type}ORDER BY priority DESC, id LIMIT 1", params
     ).fetchone()
     if row is not None:
-        conn.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ?", (now, row["id"]))
+        # Working from its claim: the claiming thread prepares it at once (set_working).
+        conn.execute("UPDATE jobs SET status = 'running', started_at = ?, working = 1 WHERE id = ?", (now, row["id"]))
     return row
 
 
@@ -143,19 +144,28 @@ def job_state(conn: sqlite3.Connection, job_id: int) -> tuple[str | None, int | 
     return (row[0], row[1]) if row else (None, None)
 
 
+def set_working(conn: sqlite3.Connection, job_ids: Collection[int], working: bool) -> None:
+    """Mark running jobs as worked on (prepared, embedded or stored) or waiting (Store.set_working)."""
+    conn.execute(f"UPDATE jobs SET working = ? WHERE id IN ({', '.join('?' * len(job_ids))}) AND status = 'running'",
+                 (int(working), *job_ids))
+
+
 def requeue(conn: sqlite3.Connection, job_id: int) -> None:
-    conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE id = ? AND status = 'running'", (job_id,))
+    conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, working = 0 WHERE id = ? AND status = 'running'",
+                 (job_id,))
 
 
 def requeue_running(conn: sqlite3.Connection, now: str) -> tuple[int, list[int]]:
-    """Put jobs that a stopped engine left `running` back in the queue (they run again from the start), each
-    at most MAX_RESUMES times: (jobs requeued, ids of those failed instead)."""
-    conn.execute("UPDATE jobs SET resumes = resumes + 1 WHERE status = 'running'")
+    """Put jobs that a stopped engine left `running` back in the queue (they run again from the start); one it
+    stopped while working on counts a resume, and one resumed MAX_RESUMES times already fails instead (a job
+    only claimed ahead, waiting for the model, is not blamed): (jobs requeued, ids of those failed)."""
+    conn.execute("UPDATE jobs SET resumes = resumes + working WHERE status = 'running'")
     given_up = [int(row[0]) for row in conn.execute(
         "SELECT id FROM jobs WHERE status = 'running' AND resumes > ?", (MAX_RESUMES,))]
     for job_id in given_up:
         fail_job(conn, job_id, RESUME_LIMIT_ERROR, now)
-    requeued = conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL WHERE status = 'running'").rowcount
+    requeued = conn.execute("UPDATE jobs SET status = 'queued', started_at = NULL, working = 0 "
+                            "WHERE status = 'running'").rowcount
     return requeued, given_up
 
 

@@ -232,6 +232,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "how many times a job was resumed after its engine stopped (store/base.py, MAX_RESUMES)",
         ("ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0",),
     ),
+    Migration(
+        12,
+        "whether a running job is being worked on, so that a stop counts as its resume (store/base.py, MAX_RESUMES)",
+        ("ALTER TABLE jobs ADD COLUMN working INTEGER NOT NULL DEFAULT 0",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
