@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from kb_bridge.local_engine.clock import now_iso
-from kb_bridge.local_engine.store.base import MAX_RESUMES, Submission
+from kb_bridge.local_engine.ingest import scheduling
+from kb_bridge.local_engine.ingest.worker import _Ahead, _transactions, _Work
+from kb_bridge.local_engine.store.base import MAX_RESUMES, ClaimedJob, Submission
 from kb_bridge.local_engine.store.postgres import PostgresStore
 from kb_bridge.testing.engine_app import wait_for
 from kb_bridge.testing.postgres import PostgresServer
@@ -180,3 +182,32 @@ def test_a_takeover_counts_a_resume_only_for_a_job_its_replica_was_working_on(tm
         assert store.claim_job(now_iso()) is None
     finally:
         store.close()
+
+
+def _prepared(job_id: int, lane: int, resumes: int = 0, chunks: int = 2) -> _Work:
+    job = ClaimedJob(id=job_id, type="note", filename=None, payload={}, staged_path=None, priority=lane,
+                     resumes=resumes)
+    work = _Work(job, texts=["text"] * chunks, missing=list(range(chunks)))
+    work.left = chunks
+    return work
+
+
+def test_a_job_blamed_for_a_stop_before_is_embedded_in_a_window_of_its_own() -> None:
+    """Jobs that shared a window with the job that stops the engine are blamed with it, and would share its
+    window again after the restart (claims go oldest first): blamed once, each goes alone, so a job that
+    does not stop the engine is done, and the one that does is blamed alone."""
+    ahead = _Ahead()
+    for work in (_prepared(1, scheduling.BULK), _prepared(2, scheduling.BULK, resumes=1),
+                 _prepared(3, scheduling.BULK), _prepared(4, scheduling.PROMPT, resumes=2),
+                 _prepared(5, scheduling.PROMPT)):
+        ahead.put(work)
+    windows = []
+    while taken := ahead.take(512, 0):
+        windows.append(sorted({work.job.id for work, _ in taken}))
+    assert windows == [[4], [1, 5], [2], [3]]
+
+
+def test_a_job_blamed_for_a_stop_before_is_stored_in_a_transaction_of_its_own() -> None:
+    group = [_prepared(1, scheduling.PROMPT, resumes=1), _prepared(2, scheduling.PROMPT),
+             _prepared(3, scheduling.BULK, resumes=3), _prepared(4, scheduling.BULK)]
+    assert [[work.job.id for work in transaction] for transaction in _transactions(group)] == [[2, 4], [1], [3]]

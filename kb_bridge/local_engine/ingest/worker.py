@@ -26,7 +26,8 @@ Four threads, each doing one kind of work, so that the model is never idle waiti
 
 A job is marked working in the store (Store.set_working) while it is prepared, in a model window, or
 finished and waiting to be stored, and not while it waits for the model: a stop is counted against the jobs
-being worked on (MAX_RESUMES), never against those only claimed ahead.
+being worked on (MAX_RESUMES), never against those only claimed ahead; a job blamed before is embedded in a
+window of its own and stored in a transaction of its own, so that the next stop is blamed on it alone.
 
 Every job a thread holds is in `_in_flight` until it is stored or failed. Stopping takes the threads down
 between model calls and puts the jobs they held back in the queue; a crash leaves them `running`, and the
@@ -98,6 +99,11 @@ class _Work:
     def lane(self) -> int:
         return scheduling.lane_of_priority(self.job.priority)
 
+    @property
+    def suspect(self) -> bool:
+        """An engine stop was blamed on it before (MAX_RESUMES): it is embedded and stored alone."""
+        return self.job.resumes > 0
+
     def finished(self, staging: Path) -> FinishedJob:
         assert self.document is not None
         path = staged_path(self.job, staging)
@@ -106,6 +112,14 @@ class _Work:
             filename = self.job.filename or path.name
             original = Original(filename, mimetypes.guess_type(filename)[0] or "application/octet-stream", str(path))
         return FinishedJob(self.job.id, self.document, PreparedChunks(self.texts, self.vectors), original)
+
+
+def _transactions(group: list[_Work]) -> list[list[_Work]]:
+    """The transactions to write a gathered group in: one for the jobs not failed meanwhile, and after it one
+    for each suspect (blamed for a stop before, as it is embedded in a window of its own): if a suspect stops
+    the engine there, it alone is blamed again."""
+    ready = [work for work in group if not work.failed]
+    return [[work for work in ready if not work.suspect], *([work] for work in ready if work.suspect)]
 
 
 class _Ahead:
@@ -138,17 +152,27 @@ class _Ahead:
         with self._condition:
             self._condition.wait_for(lambda: self._closed or self.has_prompt() or (
                 not prompt_only and any(self._lines.values())), timeout)
+            lanes = (scheduling.PROMPT,) if prompt_only else scheduling.LANES
+            for lane in lanes:
+                if self._lines[lane] and self._lines[lane][0].suspect:
+                    # Blamed for a stop before: a window of its own, so that a next stop is blamed on it alone
+                    # if it is the cause, and not again on the jobs that happened to share its last window.
+                    return self._take_line(lane, limit, alone=True)
             waiting = {scheduling.PROMPT: self._chunks[scheduling.PROMPT]} if prompt_only else self._chunks
             taken: list[tuple[_Work, int]] = []
             for lane, amount in scheduling.window_shares(waiting, limit).items():
                 taken.extend(self._take_line(lane, amount))
             return taken
 
-    def _take_line(self, lane: int, amount: int) -> list[tuple[_Work, int]]:
+    def _take_line(self, lane: int, amount: int, alone: bool = False) -> list[tuple[_Work, int]]:
+        """Rows from the front of a line; `alone`: of its first job only. A suspect is never taken with
+        others: the line stops before it (it goes alone in the next window)."""
         line = self._lines[lane]
         taken: list[tuple[_Work, int]] = []
         while line and len(taken) < amount:
             work = line[0]
+            if taken and (alone or work.suspect):
+                break
             rows = work.missing[work.taken : work.taken + amount - len(taken)]
             work.taken += len(rows)
             taken.extend((work, row) for row in rows)
@@ -421,7 +445,8 @@ class IngestionWorker:
             if first is None:
                 return
             group, last = self._gather(first)
-            self._write([work for work in group if not work.failed])
+            for transaction in _transactions(group):
+                self._write(transaction)
             if last:
                 return
 

@@ -147,6 +147,7 @@ class ClaimedJob:
     payload: Mapping[str, Any]
     staged_path: str | None  # the uploaded file's name in the staging directory (file jobs)
     priority: int = 0
+    resumes: int = 0  # engine stops blamed on it so far (MAX_RESUMES): above 0, the worker runs it alone
 
 
 @dataclasses.dataclass(frozen=True)

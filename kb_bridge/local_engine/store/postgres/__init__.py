@@ -193,7 +193,8 @@ class PostgresStore(SqlReads, SqlWrites):
                 raise
         payload: dict[str, Any] = json.loads(row["payload"] or "{}")
         return ClaimedJob(id=int(row["id"]), type=row["type"], filename=row["filename"], payload=payload,
-                          staged_path=row["staged_path"], priority=int(row["priority"]))
+                          staged_path=row["staged_path"], priority=int(row["priority"]),
+                          resumes=int(row["resumes"]))
 
     def _fetch_upload(self, job_id: int, path: Path) -> None:
         """Bring a job's uploaded file into this replica's staging directory (another replica took it in)."""

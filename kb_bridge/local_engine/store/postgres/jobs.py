@@ -113,7 +113,7 @@ def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
         among, params = ("", []) if priorities is None else ("AND priority = ANY(%s) ", [list(priorities)])
         rows = dicts(
             conn,
-            f"SELECT {_CLAIMED}, document_id FROM jobs WHERE status = 'queued' "
+            f"SELECT {_CLAIMED}, document_id, resumes FROM jobs WHERE status = 'queued' "
             f"{among}{of_type}ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
             [*params, *type_params],
         )

@@ -118,7 +118,7 @@ class SqliteStore(SqlReads, SqlWrites):
             return None
         payload: dict[str, Any] = json.loads(row["payload"] or "{}")
         return ClaimedJob(id=row["id"], type=row["type"], filename=row["filename"], payload=payload,
-                          staged_path=row["staged_path"], priority=row["priority"])
+                          staged_path=row["staged_path"], priority=row["priority"], resumes=row["resumes"])
 
     def complete_jobs(self, finished: Sequence[FinishedJob], now: str) -> dict[int, int]:
         stored: dict[int, int] = {}

@@ -81,7 +81,7 @@ def claim_next(conn: sqlite3.Connection, now: str, priorities: Collection[int] |
     among = "" if priorities is None else f"AND priority IN ({', '.join(str(int(p)) for p in priorities) or 'NULL'}) "
     of_type, params = ("", ()) if job_type is None else ("AND type = ? ", (job_type,))
     row = conn.execute(
-        "SELECT id, type, filename, payload, staged_path, priority FROM jobs WHERE status = 'queued' "
+        "SELECT id, type, filename, payload, staged_path, priority, resumes FROM jobs WHERE status = 'queued' "
         f"{among}{of_type}ORDER BY priority DESC, id LIMIT 1", params
     ).fetchone()
     if row is not None:
