@@ -110,8 +110,9 @@ def test_a_file_over_the_memory_limit_fails_naming_it_and_the_engine_goes_on(
 
 def test_a_job_left_working_is_resumed_at_most_max_resumes_times(tmp_path: Path, database_url: str | None) -> None:
     """Each stop below is a crash as the next start sees it: the store closed with the jobs still running. A
-    claimed job is being prepared (working) until the worker marks it waiting for the model; only a stop
-    while a job is worked on counts against it (Store.set_working)."""
+    claimed file is being read (working) until the worker marks it waiting for the model; a claimed note is
+    waiting until the worker marks it (in a model window); only a stop while a job is worked on counts
+    against it (Store.set_working)."""
     config = EngineConfig(data_dir=tmp_path / "data", database_url=database_url)
     config.data_dir.mkdir(parents=True)
 
@@ -122,18 +123,19 @@ def test_a_job_left_working_is_resumed_at_most_max_resumes_times(tmp_path: Path,
         return store, resumed
 
     store, _ = started()
-    job, _ = store.submit(Submission("note", {"text": "ends the engine"}, priority=2), None, now_iso())
+    config.uploads_dir.mkdir(parents=True, exist_ok=True)
+    (config.uploads_dir / "ends.txt").write_bytes(b"a file whose reading ends the engine")
+    job, _ = store.submit(Submission("file", {}, filename="ends.txt", staged_path="ends.txt", priority=2), None,
+                          now_iso())
     waiting, _ = store.submit(Submission("note", {"text": "waits for the model"}, priority=2), None, now_iso())
     for _ in range(MAX_RESUMES):
         claimed = [store.claim_job(now_iso()), store.claim_job(now_iso())]
         assert [item.id for item in claimed if item is not None] == [job["id"], waiting["id"]]
-        store.set_working([waiting["id"]], False)  # prepared, claimed ahead of the model
         store.close()
         store, resumed = started()
         assert resumed == 2
         assert [store.get_job(item["id"])["status"] for item in (job, waiting)] == ["queued", "queued"]
     assert store.claim_job(now_iso()) is not None and store.claim_job(now_iso()) is not None
-    store.set_working([waiting["id"]], False)
     store.close()
     store, resumed = started()
     try:

@@ -170,7 +170,7 @@ def test_a_takeover_counts_a_resume_only_for_a_job_its_replica_was_working_on(tm
         for _ in range(MAX_RESUMES + 1):
             claimed = {job.id for job in (store.claim_job(now_iso()), store.claim_job(now_iso())) if job is not None}
             assert claimed == {worked["id"], waiting["id"]}
-            store.set_working([waiting["id"]], False)
+            store.set_working([worked["id"]], True)  # in a model window
             with store.db.write() as conn:  # as another replica's leases, run out: it is gone
                 conn.execute("UPDATE jobs SET lease_owner = 'gone', lease_expires = now() - interval '1 second' "
                              "WHERE status = 'running'")

@@ -24,8 +24,8 @@ Four threads, each doing one kind of work, so that the model is never idle waiti
   once search finds them (store/base.py). A group that fails to write is retried job by job, so one bad job
   fails alone.
 
-A job is marked working in the store (Store.set_working) while it is prepared, in a model window, or
-finished and waiting to be stored, and not while it waits for the model: a stop is counted against the jobs
+A job is marked working in the store (Store.set_working) while it is prepared (a file), in a model
+window, or finished and waiting to be stored, and not while it waits for the model: a stop is counted against the jobs
 being worked on (MAX_RESUMES), never against those only claimed ahead; a job blamed before is embedded in a
 window of its own and stored in a transaction of its own, so that the next stop is blamed on it alone.
 
@@ -321,11 +321,17 @@ class IngestionWorker:
             logger.exception("job %d failed unexpectedly", job.id)
             self._fail(work, f"internal error while ingesting ({type(exc).__name__}); see the engine log")
             return
-        if work.missing:
+        # A file is marked working from its claim (its text, of any size, is chunked here), a note not: its
+        # text came in one request under KB_ENGINE_MAX_JSON_BYTES and is chunked in pure Python, and a write
+        # for every note would cost the claiming thread as much as its claim (docs/engine.md, "Ingestion").
+        file = job.type == "file"
+        if work.missing and file:
             # Prepared: it waits for the model now, and a stop meanwhile is not its doing. Before put(): the
             # embed thread marks it again when it takes it, and this must not undo that. Before `counted`
             # too: a job that shows progress is no longer blamed for a stop (what the tests wait for).
             self._set_working([work], False)
+        elif not work.missing and not file:
+            self._set_working([work], True)  # nothing to embed (all reused): straight to the store
         work.left = len(work.missing)
         work.counted = True
         if work.missing:

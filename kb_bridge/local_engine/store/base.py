@@ -295,8 +295,9 @@ class Store(Protocol):
 
     def set_working(self, job_ids: Collection[int], working: bool) -> None:
         """Mark running jobs as being worked on (prepared, embedded or stored: a stop now is blamed on them) or
-        as waiting (claimed ahead of the model: a stop now is not). A claim marks its job working; recover()
-        and a takeover count a resume only for a job left working (MAX_RESUMES)."""
+        as waiting (claimed ahead of the model: a stop now is not). Claiming a file marks it working (it is read
+        and chunked at once), a note not (ingest/worker.py says why); recover() and a takeover count a resume
+        only for a job left working (MAX_RESUMES)."""
 
     def requeue_job(self, job_id: int) -> None: ...
 

@@ -121,8 +121,8 @@ def claim_next(conn: Any, owner: str, lease_seconds: float, now: str,
         return None
     row = rows[0]
     conn.execute(
-        # Working from its claim: the claiming thread prepares it at once (set_working).
-        "UPDATE jobs SET status = 'running', started_at = %s, lease_owner = %s, working = 1, "
+        # A file is working from its claim: the files thread reads and chunks it at once (set_working).
+        "UPDATE jobs SET status = 'running', started_at = %s, lease_owner = %s, working = (type = 'file')::int, "
         "lease_expires = now() + make_interval(secs => %s) WHERE id = %s",
         (now, owner, lease_seconds, row["id"]),
     )

@@ -85,8 +85,9 @@ def claim_next(conn: sqlite3.Connection, now: str, priorities: Collection[int] |
         f"{among}{of_type}ORDER BY priority DESC, id LIMIT 1", params
     ).fetchone()
     if row is not None:
-        # Working from its claim: the claiming thread prepares it at once (set_working).
-        conn.execute("UPDATE jobs SET status = 'running', started_at = ?, working = 1 WHERE id = ?", (now, row["id"]))
+        # A file is working from its claim: the files thread reads and chunks it at once (set_working).
+        conn.execute("UPDATE jobs SET status = 'running', started_at = ?, working = (type = 'file') WHERE id = ?",
+                     (now, row["id"]))
     return row
 
 
