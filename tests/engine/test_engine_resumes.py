@@ -201,6 +201,7 @@ def test_a_job_blamed_for_a_stop_before_is_embedded_in_a_window_of_its_own() -> 
                  _prepared(3, scheduling.BULK), _prepared(4, scheduling.PROMPT, resumes=2),
                  _prepared(5, scheduling.PROMPT)):
         ahead.put(work)
+    assert ahead.take(512, 0, prompt_only=True) == []  # not between the calls of another job's window
     windows = []
     while taken := ahead.take(512, 0):
         windows.append(sorted({work.job.id for work, _ in taken}))

@@ -24,10 +24,10 @@ Four threads, each doing one kind of work, so that the model is never idle waiti
   once search finds them (store/base.py). A group that fails to write is retried job by job, so one bad job
   fails alone.
 
-A job is marked working in the store (Store.set_working) while it is prepared (a file), in a model
-window, or finished and waiting to be stored, and not while it waits for the model: a stop is counted against the jobs
-being worked on (MAX_RESUMES), never against those only claimed ahead; a job blamed before is embedded in a
-window of its own and stored in a transaction of its own, so that the next stop is blamed on it alone.
+A job is marked working in the store (Store.set_working) while it is prepared (a file), in a model window,
+or finished and waiting to be stored, and not while it waits for the model: a stop is counted against the
+jobs being worked on (MAX_RESUMES), never against those only claimed ahead; a job blamed before is embedded
+in a window of its own and stored in a transaction of its own, so that the next stop is blamed on it alone.
 
 Every job a thread holds is in `_in_flight` until it is stored or failed. Stopping takes the threads down
 between model calls and puts the jobs they held back in the queue; a crash leaves them `running`, and the
@@ -156,8 +156,9 @@ class _Ahead:
             for lane in lanes:
                 if self._lines[lane] and self._lines[lane][0].suspect:
                     # Blamed for a stop before: a window of its own, so that a next stop is blamed on it alone
-                    # if it is the cause, and not again on the jobs that happened to share its last window.
-                    return self._take_line(lane, limit, alone=True)
+                    # if it is the cause, and not again on the jobs that happened to share its last window;
+                    # never between the calls of another window (prompt_only), whose jobs it would share.
+                    return [] if prompt_only else self._take_line(lane, limit, alone=True)
             waiting = {scheduling.PROMPT: self._chunks[scheduling.PROMPT]} if prompt_only else self._chunks
             taken: list[tuple[_Work, int]] = []
             for lane, amount in scheduling.window_shares(waiting, limit).items():
