@@ -30,8 +30,9 @@ JSON = dict[str, object]
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 # How many times a job found running at a start (its engine stopped without putting it back: a crash, a
 # kill, a lost lease) while it was being worked on is run again: a job only claimed ahead of the model
-# (Store.set_working) is not blamed, or the same innocent jobs would be at every restart. A file that ends the engine each time it is read (out of memory) would
-# otherwise be resumed at every start, for ever; past this it fails with RESUME_LIMIT_ERROR.
+# (Store.set_working) is not blamed, or the same innocent jobs would be at every restart. A file that ends the
+# engine each time it is read (out of memory) would otherwise be resumed at every start, for ever; past this it
+# fails with RESUME_LIMIT_ERROR.
 MAX_RESUMES = 3
 RESUME_LIMIT_ERROR = (f"the engine stopped while running this job {MAX_RESUMES + 1} times (a crash, a kill or a "
                       "lost lease each time); it is not run again, in case it is what stops the engine")
