@@ -55,6 +55,9 @@ def test_one_model_call_embeds_chunks_of_several_jobs_and_a_bad_file_fails_alone
     broken = upload(client, "broken.pdf", b"%PDF-1.4 this is not really a PDF", priority="bulk")
     assert broken.status_code == 202
     job_ids += _queue_files(client, 6, start=7)
+    # Released only once a call's worth of files is prepared: the files thread reads each in a child process,
+    # and released at once the model could outrun it and take them one by one (as it did on a loaded machine).
+    wait_for(lambda: engine_of(gated_app).worker.chunks_ahead() >= 4, "four files prepared ahead of the model")
     recorder.gate.set()
     jobs = [wait_job(client, job_id) for job_id in job_ids]
     failed = wait_job(client, broken.json["id"])

@@ -225,6 +225,10 @@ class IngestionWorker:
     def _ahead_limit(self) -> int:
         return self._window * AHEAD_WINDOWS
 
+    def chunks_ahead(self) -> int:
+        """Chunks prepared and waiting for the model, in all lanes."""
+        return sum(self._ahead.chunks.values())
+
     def start(self) -> None:
         # The store thread last: stop() stops the others first, then lets it write what they finished.
         for name, target in (("kb-engine-prepare", functools.partial(self._prepare_loop, "note")),
