@@ -21,8 +21,28 @@ import numpy as np
 GATE_SECONDS = 300.0
 
 
-class GatedModel:
-    name, dim, device, batch_size = "gated-process-model", 8, "cpu", 1
+class HashedModel:
+    """A tiny stand-in model: unit vectors drawn from a hash of the text, the same text the same vector within
+    one process. Tests that only need the engine to hold vectors (not to rank by meaning) use it, or a
+    subclass whose document calls wait at a gate."""
+
+    name, dim, device, batch_size = "hashed-test-model", 8, "cpu", 1
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.embed_query(text) for text in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector = np.random.default_rng(abs(hash(text)) % 2**32).random(self.dim, dtype=np.float32)
+        return vector / np.linalg.norm(vector)
+
+    def submit_query(self, text: str) -> Future[np.ndarray]:
+        future: Future[np.ndarray] = Future()
+        future.set_result(self.embed_query(text))
+        return future
+
+
+class GatedModel(HashedModel):
+    name = "gated-process-model"
 
     def __init__(self, gate: Path, calls: Path) -> None:
         self.gate = gate
@@ -34,16 +54,7 @@ class GatedModel:
         deadline = time.monotonic() + GATE_SECONDS
         while self.gate.exists() and time.monotonic() < deadline:
             time.sleep(0.01)  # a stand-in for a slow model call, not a synchronisation
-        return np.stack([self.embed_query(text) for text in texts])
-
-    def embed_query(self, text: str) -> np.ndarray:
-        vector = np.random.default_rng(abs(hash(text)) % 2**32).random(self.dim, dtype=np.float32)
-        return vector / np.linalg.norm(vector)
-
-    def submit_query(self, text: str) -> Future[np.ndarray]:
-        future: Future[np.ndarray] = Future()
-        future.set_result(self.embed_query(text))
-        return future
+        return super().embed_documents(texts)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 
 import flask
 import numpy as np
@@ -19,14 +18,15 @@ from kb_bridge.local_engine.ingest import scheduling
 from kb_bridge.local_engine.store.base import note_text_key
 
 from kb_bridge.testing.engine_app import API, upload, wait_for, wait_job
+from kb_bridge.testing.gated_engine import HashedModel
 
 pytestmark = pytest.mark.both_stores
 
 
-class GatedEmbedder:
+class GatedEmbedder(HashedModel):
     """A tiny stand-in model whose document calls wait at a gate (vectors from the text's hash)."""
 
-    name, dim, device, batch_size = "gated-test-model", 8, "cpu", 1
+    name = "gated-test-model"
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -35,16 +35,7 @@ class GatedEmbedder:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         self.calls += 1
         assert self.gate.wait(60), "the test never opened the gate"
-        return np.stack([self.embed_query(text) for text in texts])
-
-    def embed_query(self, text: str) -> np.ndarray:
-        vector = np.random.default_rng(abs(hash(text)) % 2**32).random(self.dim, dtype=np.float32)
-        return vector / np.linalg.norm(vector)
-
-    def submit_query(self, text: str) -> Future[np.ndarray]:
-        future: Future[np.ndarray] = Future()
-        future.set_result(self.embed_query(text))
-        return future
+        return super().embed_documents(texts)
 
 
 def begin_held_load(slot: EmbedderSlot) -> threading.Event:
