@@ -23,6 +23,7 @@ from kb_bridge.errors import (
     NotFound,
     OutcomeUnknown,
     Retryable,
+    StorageFull,
     TooLarge,
     UnsupportedType,
 )
@@ -181,13 +182,13 @@ def test_a_full_engine_disk_says_nothing_was_stored_and_is_not_retried(
     client: EngineClient, engine: responses.RequestsMock,
 ) -> None:
     """The local engine answers 507 storage_full when its disk is full, with nothing of the request stored: the
-    agent is told so (it may send the note again later without making two), where a generic ENGINE_ERROR left
-    it guessing; a retry at once would meet the same full disk."""
+    agent is told so (STORAGE_FULL: it may send the note again later without making two), where it got
+    OUTCOME_UNKNOWN after three retries; a retry at once would meet the same full disk."""
     engine.post(f"{API}/jobs", status=507, json={"error": {"code": "storage_full", "message": "the data directory is full"}})
-    with pytest.raises(EngineFailure) as caught:
+    with pytest.raises(StorageFull) as caught:
         client.create_note_job({"text": "remember this"}, "k-1")
     assert not isinstance(caught.value, Retryable)
-    assert caught.value.code == "ENGINE_ERROR"
+    assert caught.value.code == "STORAGE_FULL"
     assert "nothing was stored" in caught.value.message and "full" in caught.value.message
     assert len(engine.calls) == 1
 

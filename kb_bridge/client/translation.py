@@ -32,6 +32,7 @@ from kb_bridge.errors import (
     KbError,
     NotANote,
     NotFound,
+    StorageFull,
     TooLarge,
     UnsupportedType,
 )
@@ -160,9 +161,10 @@ _BY_STATUS: dict[int, Callable[[Answer], KbError]] = {
     503: _busy,
     504: _busy,
     # The local engine's data directory is full (docs/engine-api.md, 507 storage_full): nothing of the request was
-    # stored, so the agent may send it again once an operator has made room; retrying at once would not help.
-    507: lambda a: EngineFailure("the kb engine's storage is full and nothing was stored; try again once an "
-                                 "operator has freed space on the engine's disk"),
+    # stored, so the agent may send it again once an operator has made room (STORAGE_FULL, as for the bridge's
+    # own staging area); retrying at once would not help.
+    507: lambda a: StorageFull("the kb engine's storage is full and nothing was stored; try again once an "
+                               "operator has freed space on the engine's disk"),
 }
 
 
