@@ -59,3 +59,40 @@ def test_a_vector_search_sets_hnsw_for_its_own_transaction_only(db: Database) ->
         assert hnsw_settings(conn) == ("123", "relaxed_order")
     with db.snapshot() as conn:
         assert hnsw_settings(conn) == ("40", "off")  # pgvector's defaults
+
+
+# PostgreSQL's own error for a file it could not extend (SQLSTATE 53100), raised on demand.
+NO_ROOM = "RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full'"
+
+
+def test_a_full_disk_is_storage_full_and_the_connection_serves_on(db: Database) -> None:
+    """A full disk on PostgreSQL was "PostgreSQL is unavailable" (503): a client retried at once, and was not
+    told that nothing was stored nor why. It is StorageFull, as SQLite's (507, store/sqlite/db.py)."""
+    from kb_bridge.local_engine.errors import StorageFull
+
+    with pytest.raises(StorageFull, match="No space left"):
+        with db.connection() as conn:
+            conn.execute(f"DO $$ BEGIN {NO_ROOM}; END $$")
+    with db.connection() as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("store", ["postgresql"], indirect=True)
+def test_a_write_postgresql_has_no_room_for_is_507_and_stores_nothing(make_app: Any) -> None:
+    """Through the engine API: a note whose job PostgreSQL cannot store (its disk full, here a trigger raising
+    disk_full) is `507 storage_full`, nothing of it kept, and the next one is stored once there is room."""
+    from kb_bridge.local_engine.app import engine_of
+    from kb_bridge.testing.engine_app import API
+
+    app = make_app()
+    client = app.test_client()
+    with engine_of(app).store.db.connection() as conn:  # type: ignore[attr-defined]
+        conn.execute(f"CREATE FUNCTION no_room() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {NO_ROOM}; END $$")
+        conn.execute("CREATE TRIGGER no_room BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION no_room()")
+    refused = client.post(f"{API}/jobs", json={"text": "A heron by the weir"})
+    assert refused.status_code == 507, refused.json
+    assert refused.json["error"]["code"] == "storage_full" and "No space left" in refused.json["error"]["message"]
+    assert client.get(f"{API}/jobs").json["total"] == 0
+    with engine_of(app).store.db.connection() as conn:  # type: ignore[attr-defined]
+        conn.execute("DROP TRIGGER no_room ON jobs")
+    assert client.post(f"{API}/jobs", json={"text": "A heron by the weir"}).status_code == 202

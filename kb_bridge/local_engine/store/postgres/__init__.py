@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import StoreUnavailable
+from ...errors import StorageFull, StoreUnavailable
 from ..base import (
     JSON,
     duplicate_answer,
@@ -128,7 +128,7 @@ class PostgresStore(SqlReads, SqlWrites):
             try:
                 with self.db.write() as conn:
                     kept = jobs.renew_leases(conn, self.replica, held, self.lease_seconds)
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, StorageFull) as exc:  # the thread goes on: its leases must not lapse
                 logger.warning("could not renew job leases: %s", exc.message)
                 continue
             lost = set(held) - kept

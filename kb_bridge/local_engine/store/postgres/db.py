@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...database_url import ENCODE
 from ...database_url import redacted as redacted  # the store's log lines import it from here
-from ...errors import ConfigError, StoreUnavailable
+from ...errors import ConfigError, StorageFull, StoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
@@ -39,10 +39,17 @@ MAX_CONNECTIONS = 16
 CHECK_AFTER_SECONDS = 2.0
 
 
-def unavailable(exc: BaseException) -> StoreUnavailable:
+# SQLSTATE 53100 disk_full: the server could not extend a file. Its transaction is rolled back, nothing of it kept.
+DISK_FULL = "53100"
+
+
+def unavailable(exc: BaseException) -> StoreUnavailable | StorageFull:
     """The error a request gets when PostgreSQL cannot serve it (the driver's text can name the host; never
-    a password, which is not in psycopg's messages)."""
+    a password, which is not in psycopg's messages). A full disk is StorageFull (507, as SQLite's): the client
+    learns that nothing was stored and why, where "PostgreSQL is unavailable" sent it to retry at once."""
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if getattr(exc, "sqlstate", None) == DISK_FULL:
+        return StorageFull(f"PostgreSQL's disk: {reason[:200]}")
     return StoreUnavailable(f"PostgreSQL is unavailable: {reason[:200]}")
 
 
