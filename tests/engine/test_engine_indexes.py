@@ -6,11 +6,13 @@ Crashes are real: a child process writes through the store and kills itself with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -341,6 +343,20 @@ def test_a_job_stored_whose_marking_done_failed_is_not_stored_again(tmp_path: Pa
     store.close()
 
 
+@contextlib.contextmanager
+def _files_capped_at(size: int) -> Iterator[None]:
+    """Files this process writes are capped at `size` bytes for the block (RLIMIT_FSIZE, as a disk with that much
+    room left would stop them): a write past it fails with a real EFBIG, since Python ignores SIGXFSZ."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
 class _WriterWhoseNextCommitHitsAFileSizeLimit:
     """A real tantivy writer whose next commit meets a real I/O error (EFBIG: files the process writes are
     capped at one byte while it runs, as RLIMIT_FSIZE or a full disk would stop them)."""
@@ -350,17 +366,11 @@ class _WriterWhoseNextCommitHitsAFileSizeLimit:
         self.failed = False
 
     def commit(self) -> object:
-        import resource
-
         if self.failed:
             return self._writer.commit()  # type: ignore[attr-defined]
         self.failed = True
-        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))  # Python ignores SIGXFSZ: the write fails
-        try:
+        with _files_capped_at(1):
             return self._writer.commit()  # type: ignore[attr-defined]
-        finally:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._writer, name)
@@ -402,15 +412,9 @@ class _GraphWhoseSavesHitAFileSizeLimit:
         self.saves = 0
 
     def save(self, path: str) -> None:
-        import resource
-
         self.saves += 1
-        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # Python ignores SIGXFSZ: the write fails
-        try:
+        with _files_capped_at(4096):
             self._index.save(path)
-        finally:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._index, name)
