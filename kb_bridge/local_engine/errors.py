@@ -94,6 +94,14 @@ class StorageFull(EngineError):
         super().__init__(f"the engine's data directory is full ({reason}); nothing was stored: free space there")
 
 
+def sqlite_full(error: BaseException) -> bool:
+    """SQLite's own error for a database that could not grow (SQLITE_FULL: a full disk, or `max_page_count`),
+    the one sign of it both the store's transactions (store/sqlite/db.py) and the HTTP layer (api/errors.py) read."""
+    import sqlite3
+
+    return isinstance(error, sqlite3.OperationalError) and getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
 class IndexWriteFailed(EngineError):
     """The full-text index could not be written (a full disk): the change is in the database, and is applied
     to the index again at the next write (store/text_index.py). 500, `internal`, with a message that says so."""

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import errno
 import logging
-import sqlite3
 
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from ..errors import EngineError, StorageFull, Unauthorized
+from ..errors import EngineError, StorageFull, Unauthorized, sqlite_full
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ def _full_disk(error: BaseException) -> StorageFull | None:
         if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
             reason = seen.strerror or "no space left"
             break
-        if isinstance(seen, sqlite3.OperationalError) and getattr(seen, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        if sqlite_full(seen):
             reason = "the database could not grow"
             break
         seen = seen.__cause__ or seen.__context__

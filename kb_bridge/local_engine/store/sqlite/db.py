@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from ...errors import StorageFull
+from ...errors import StorageFull, sqlite_full
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def in_parts(values: Sequence[T]) -> Iterator[tuple[list[T], str]]:
 def _raise_if_full(error: BaseException) -> None:
     """A transaction refused for want of room as StorageFull: a client is told what to do (507), and the
     ingestion worker keeps a finished job to write again, where any other error fails it."""
-    if isinstance(error, sqlite3.OperationalError) and getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+    if sqlite_full(error):
         raise StorageFull("the database could not grow") from error
 
 
