@@ -13,3 +13,10 @@ def ascii_number(text: str, most_digits: int) -> int | None:
     if not (0 < len(text) <= most_digits and text.isascii() and text.isdigit()):
         return None
     return int(text)
+
+
+def id_number(text: str, maximum: int) -> int | None:
+    """`text` as an id, a number from 1 to `maximum` in ASCII digits (no more of them than `maximum` has), else
+    None: the check a kb:// URI's id and a prompt's chunk id both make."""
+    number = ascii_number(text, len(str(maximum)))
+    return number if number is not None and 1 <= number <= maximum else None

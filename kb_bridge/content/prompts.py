@@ -7,11 +7,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kb_bridge import collection_tags
-from kb_bridge.digits import ascii_number
+from kb_bridge.digits import id_number
 from kb_bridge.errors import InvalidArgument
+from kb_bridge.tools.arguments import LARGEST_ID
 
-# The largest id kb_related takes (tools/arguments.py DOCUMENT_ID's maximum; tests/test_content.py holds them equal).
-_MAX_CHUNK_ID = 2**53
+# The largest id kb_related takes.
+_MAX_CHUNK_ID = LARGEST_ID
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ def _tag_exploration(args: Mapping[str, str]) -> str:
 def _related_to_chunk(args: Mapping[str, str]) -> str:
     # The ids kb_related takes (arguments.DOCUMENT_ID), in ASCII digits: str.isdigit also takes 0, "²" and other
     # scripts' digits, and the prompt would steer the agent to a call that can only fail.
-    number = ascii_number(args["chunk_id"].strip(), len(str(_MAX_CHUNK_ID)))
-    if number is None or not 1 <= number <= _MAX_CHUNK_ID:
+    number = id_number(args["chunk_id"].strip(), _MAX_CHUNK_ID)
+    if number is None:
         raise InvalidArgument("chunk_id", f"must be a chunk id (a positive integer up to {_MAX_CHUNK_ID})")
     chunk_id = str(number)
     return (

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 from kb_bridge import collection_tags, shapes
 from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
-from kb_bridge.digits import ascii_number
+from kb_bridge.digits import id_number
 from kb_bridge.errors import InvalidArgument, NotFound
 from kb_bridge.tools import reach
 
@@ -89,8 +89,8 @@ def parse(uri: str) -> tuple[str, str]:
 
 def _id(kind: str, value: str) -> int:
     # Leading zeros are taken and do not count against the id's digits.
-    number = ascii_number(value.lstrip("0") or "0", len(str(_MAX_ID)))
-    if number is None or not 1 <= number <= _MAX_ID:
+    number = id_number(value.lstrip("0") or "0", _MAX_ID)
+    if number is None:
         raise InvalidArgument("uri", f"the {kind} id must be a positive integer, as in kb://{kind}/42")
     return number
 

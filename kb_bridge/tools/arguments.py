@@ -45,7 +45,9 @@ TAG = {"type": "string", "minLength": 1, "maxLength": collection_tags.TAG_MAX_LE
 TAGS = {"type": "array", "maxItems": 20, "items": TAG}
 COLLECTION = {"type": "string", "maxLength": 64, "pattern": collection_tags.NAME_PATTERN}
 DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": _DOC_TYPE_PATTERN}
-DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": 2**53}
+# The largest document or chunk id a tool takes: the largest whole number a JSON client (a double) holds exactly.
+LARGEST_ID = 2**53
+DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": LARGEST_ID}
 # A note's version number: the engine counts versions in 32 bits (PostgreSQL INTEGER) and refuses a version
 # path beyond this, so no larger one can be asked for or expected.
 VERSION = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}

@@ -17,6 +17,7 @@ from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.auth.principal import Principal
 from kb_bridge.digits import ascii_number
 from kb_bridge.runtime import Bridge
+from kb_bridge.tools.arguments import LARGEST_ID
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 from kb_bridge.web.console import PREFIX
 from kb_bridge.web.console.offer import ConsoleTools
@@ -76,9 +77,9 @@ def secure() -> bool:
     return request.is_secure or current_console().secure_public
 
 
-# The most a whole number from a form or query string may be: an id or version never passes 2**53 (the tools'
-# DOCUMENT_ID), and 16 digits hold it.
-LARGEST = 2**53
+# The most a whole number from a form or query string may be: an id or version never passes the tools' largest
+# id, and 16 digits hold it.
+LARGEST = LARGEST_ID
 _MOST_DIGITS = len(str(LARGEST))
 # What a note's forms answer when the version they loaded comes back wrong.
 LOST_VERSION = "the form lost the version it loaded; reload the page"
