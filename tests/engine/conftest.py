@@ -67,6 +67,24 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.stop()
 
 
+# The official PostgreSQL image's locale: it sorts letters before punctuation, and "a" before "B".
+LINGUISTIC_LOCALE = "en_US.UTF-8"
+
+
+@pytest.fixture
+def linguistic_database_url(postgres_server: PostgresServer) -> str:
+    """A fresh PostgreSQL database made in LINGUISTIC_LOCALE; skipped where the machine lacks the locale (a
+    failure in CI, KB_TEST_REQUIRE_ALL=1)."""
+    import psycopg
+
+    try:
+        return postgres_server.new_database(locale=LINGUISTIC_LOCALE)
+    except psycopg.Error as error:  # the machine lacks the locale
+        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(f"the locale {LINGUISTIC_LOCALE} is required (Debian: locales, locale-gen): {error}")
+        pytest.skip(f"this machine has no {LINGUISTIC_LOCALE} locale: {error}")
+
+
 @pytest.fixture
 def database_url(store: str, request: pytest.FixtureRequest) -> str | None:
     """A fresh PostgreSQL database for this test when it runs on PostgreSQL, else None."""

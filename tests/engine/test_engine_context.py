@@ -8,7 +8,6 @@ model on a short conversation whose answer shares no word with the question: onl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import flask
@@ -216,22 +215,13 @@ def test_on_postgresql_the_neighbours_are_read_from_each_notes_window_with_stale
     assert plan["Plan"]["Shared Hit Blocks"] < 10_000, plan["Plan"]["Shared Hit Blocks"]
 
 
-LINGUISTIC_LOCALE = "en_US.UTF-8"
-
-
 def test_collections_are_found_in_a_database_of_a_linguistic_collation(
-    make_app: Callable[..., flask.Flask], postgres_server: PostgresServer
+    make_app: Callable[..., flask.Flask], linguistic_database_url: str
 ) -> None:
     """The official PostgreSQL image makes its databases in en_US.UTF-8, which sorts letters before
     punctuation: the range from "collection:" to "collection;" that the lookups used held no tag there, so a
     memory had no neighbours and no vector share, without an error (store/adjacent.py)."""
-    try:
-        url = postgres_server.new_database(locale=LINGUISTIC_LOCALE)
-    except psycopg.Error as error:  # the machine lacks the locale
-        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(f"the locale {LINGUISTIC_LOCALE} is required (Debian: locales, locale-gen): {error}")
-        pytest.skip(f"this machine has no {LINGUISTIC_LOCALE} locale: {error}")
-    app = make_app(database_url=url)
+    app = make_app(database_url=linguistic_database_url)
     client = app.test_client()
     neighbours_are_the_notes_submitted_beside_them(app, client)
     collection_notes_are_the_notes_kept_in_a_collection(app, client)

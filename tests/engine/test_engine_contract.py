@@ -4,39 +4,28 @@ names (every test but the locale one runs on both stores)."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import flask
-import psycopg
 import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import engine_of
 from kb_bridge.local_engine.embedding.embedder import Embedder
 from kb_bridge.testing.engine_app import API, add_note, wait_job
-from kb_bridge.testing.postgres import PostgresServer
 
-# The official PostgreSQL image makes its databases in this locale (tests/engine/test_engine_context.py).
-LINGUISTIC_LOCALE = "en_US.UTF-8"
 TAGS = ["collectionb", "collection:z", "B", "a", "Éclair", "e"]
 
 
 def test_tags_are_listed_in_code_point_order_on_a_database_of_a_linguistic_collation(
-    make_app: Callable[..., flask.Flask], postgres_server: PostgresServer
+    make_app: Callable[..., flask.Flask], linguistic_database_url: str
 ) -> None:
     """A document's `tags` and GET /tags come "by name" in code points, as SQLite sorts them: PostgreSQL sorted
     them by the database's collation, so in en_US.UTF-8 "a" came before "B" and "collectionb" before
     "collection:z", and the same documents listed their tags in another order on each store."""
-    try:
-        url = postgres_server.new_database(locale=LINGUISTIC_LOCALE)
-    except psycopg.Error as error:  # the machine lacks the locale
-        if os.environ.get("KB_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(f"the locale {LINGUISTIC_LOCALE} is required (Debian: locales, locale-gen): {error}")
-        pytest.skip(f"this machine has no {LINGUISTIC_LOCALE} locale: {error}")
-    client = make_app(database_url=url).test_client()
+    client = make_app(database_url=linguistic_database_url).test_client()
     document = add_note(client, "tags in order", tags=TAGS)
     in_code_points = sorted(TAGS)
     assert document["tags"] == in_code_points
