@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kb_bridge.logs import configure_logging
 
 from .config import EngineConfig, load_config
-from .datadir import lock_data_dir
+from .datadir import lock_data_dir, require_writable
 from .embedding.device import DEVICE_CHOICES, select_device
 from .errors import ConfigError as ConfigError  # offered to the bridge: see above
 from .errors import EngineError, StoreUnavailable
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None, display: ProgressDisplay | None = None) 
             from .store.sqlite.schema import refuse_newer
 
             refuse_newer(config.database_path)  # a rolled-back kb-bridge: one line here, not a worker's traceback
+            require_writable(config.database_path)
     except StoreUnavailable as exc:
         print(f"kb-bridge engine: {exc.message}", file=sys.stderr)
         return 1

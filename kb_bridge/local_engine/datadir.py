@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
-from .errors import DataDirInUse
+from .errors import DataDirInUse, DataDirUnusable
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +23,17 @@ LOCK_NAME = "engine.lock"
 
 
 def lock_data_dir(data_dir: Path) -> IO[str]:
-    """Take the lock (creating the directory, private); keep the returned file open for as long as you hold it."""
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    make_private(data_dir)
-    handle = open(data_dir / LOCK_NAME, "a+", encoding="utf-8")
+    """Take the lock (creating the directory, private); keep the returned file open for as long as you hold it.
+    The lock is the engine's first write: a directory it cannot write stops the engine here, in one line."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private(data_dir)
+        handle = open(data_dir / LOCK_NAME, "a+", encoding="utf-8")
+    except FileExistsError:  # mkdir's answer when the path is a file
+        raise DataDirUnusable(f"the data directory {data_dir} is a file, not a directory; use another --data "
+                              "directory") from None
+    except OSError as exc:
+        raise DataDirUnusable(f"the data directory {data_dir} cannot be written: {_reason(exc)}{_HINT}") from None
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock; the one-engine-per-directory rule is then the user's
@@ -43,6 +50,25 @@ def lock_data_dir(data_dir: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+def require_writable(database: Path) -> None:
+    """DataDirUnusable when the database file exists but cannot be opened for writing (a read-only or immutable
+    file, another user's): checked before serving, since SQLite opens such a file read-only without a word
+    and the first write, in gunicorn's worker, would fail with a traceback. Opening it changes nothing."""
+    try:
+        os.close(os.open(database, os.O_RDWR))
+    except FileNotFoundError:
+        return  # a new data directory: the engine creates the database
+    except OSError as exc:
+        raise DataDirUnusable(f"the database {database} cannot be written: {_reason(exc)}{_HINT}") from None
+
+
+_HINT = "; make it writable for this user or use another --data directory"
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
 
 
 def make_private(data_dir: Path) -> None:

@@ -124,3 +124,10 @@ class DataDirInUse(EngineError):
     """Another engine process holds the data directory."""
 
     code = "data_dir_in_use"
+
+
+class DataDirUnusable(EngineError):
+    """The data directory or its database cannot be written (a read-only mount, another user's files, a file
+    where the directory should be): the command line says so in one line before serving (datadir.py)."""
+
+    code = "data_dir_unusable"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -178,6 +179,56 @@ def test_a_database_from_a_newer_engine_stops_the_engine_in_one_line(engines: li
     log = newer.log()
     assert f"schema version {LATEST_VERSION + 1}, newer than this engine knows" in log, log
     assert "Traceback" not in log and "Worker failed to boot" not in log
+
+
+@contextlib.contextmanager
+def _unwritable(path: Path) -> Iterator[None]:
+    """`path` made unwritable for this process: read-only for a user, immutable (chattr +i) for root, whom
+    permissions do not stop; skipped where neither can be done (a file system without the attribute)."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(0o600)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_database_it_cannot_write_stops_the_engine_in_one_line(engines: list[EngineProcess],
+                                                                  tmp_path: Path) -> None:
+    """SQLite opens a database file it may not write read-only without a word, so the engine would serve
+    until its first write failed in gunicorn's worker (the worker's start already writes: a traceback and
+    "Worker failed to boot"). It stops in the foreground instead, exit 2, one line naming the file."""
+    data = tmp_path / "data"
+    assert start(engines, data, tmp_path / "first.log", KB_ENGINE_EMBEDDER="none").stop() == 0
+    database = data / "engine.sqlite3"
+    with _unwritable(database):
+        refused = EngineProcess(data, tmp_path / "refused.log", {"KB_ENGINE_EMBEDDER": "none"})
+        engines.append(refused)
+        assert refused.process.wait(60) == 2
+    log = refused.log()
+    assert f"the database {database} cannot be written" in log, log
+    assert "Traceback" not in log and "Worker failed to boot" not in log
+    # Writable again, the same data directory serves.
+    start(engines, data, tmp_path / "again.log", KB_ENGINE_EMBEDDER="none")
+
+
+def test_a_data_directory_that_is_a_file_stops_the_engine_in_one_line(engines: list[EngineProcess],
+                                                                      tmp_path: Path) -> None:
+    not_a_directory = tmp_path / "data"
+    not_a_directory.write_text("a file where the data directory should be", encoding="utf-8")
+    refused = EngineProcess(not_a_directory, tmp_path / "refused.log", {"KB_ENGINE_EMBEDDER": "none"})
+    engines.append(refused)
+    assert refused.process.wait(60) == 2
+    log = refused.log()
+    assert f"the data directory {not_a_directory} is a file, not a directory" in log, log
+    assert "Traceback" not in log
 
 
 @pytest.mark.skipif(bundled_model_dir() is None, reason="needs the embedding model (kb-bridge[engine])")
