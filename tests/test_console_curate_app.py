@@ -4,6 +4,7 @@ happen: an engine too old to count tags per collection, a job's words and times,
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -12,6 +13,7 @@ from flask.testing import FlaskClient
 
 from kb_bridge.runtime import Bridge
 from kb_bridge.testing.fake_engine import API, document, job
+from kb_bridge.tools.browse import TAGS_PAGE_COLLECTIONS
 from kb_bridge.web.ops import create_web_app
 
 from tests.test_console_app import csrf_of
@@ -48,6 +50,28 @@ def test_the_tags_page_lists_each_collections_own_tags(bridge: Bridge, engine: r
     page = signed_in(bridge).get("/ui/tags").get_data(as_text=True)
     assert 'href="/ui/collections/memory?tag=prefs">prefs</a> <span class="meta">2</span>' in page
     assert "collection:memory" not in page
+
+
+def test_the_tags_page_counts_a_page_of_collections_per_request(bridge: Bridge, engine: responses.RequestsMock) -> None:
+    # Each collection is one engine request: a writer who made thousands of collections (one note each) made one
+    # page load thousands of engine requests (5,000 collections: 8 s of the engine's time, up to the call deadline).
+    names = [f"c{i:03d}" for i in range(120)]
+    engine.get(f"{API}/tags", match=[responses.matchers.query_param_matcher({"prefix": "collection:"})],
+               json={"tags": [{"name": f"collection:{n}", "documents": 1} for n in names]})
+    for n in names:
+        engine.get(f"{API}/tags", match=[responses.matchers.query_param_matcher({"within": f"collection:{n}"})],
+                   json={"within": f"collection:{n}", "tags": [{"name": f"t-{n}", "documents": 1}]})
+    client = signed_in(bridge)
+    seen: list[str] = []
+    path: str | None = "/ui/tags"
+    while path is not None:
+        before = len(engine.calls)
+        page = client.get(path).get_data(as_text=True)
+        assert len(engine.calls) - before <= 1 + TAGS_PAGE_COLLECTIONS
+        seen += [n for n in names if f">t-{n}</a>" in page]
+        follow = [h for h in re.findall(r'href="([^"]+)"', page) if h.startswith("/ui/tags?")]
+        path = follow[0].replace("&amp;", "&") if follow else None
+    assert seen == names  # every collection, each once, in order
 
 
 def test_jobs_show_their_kind_in_words_their_times_and_how_long_they_took(

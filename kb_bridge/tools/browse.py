@@ -81,13 +81,22 @@ def list_collections(ctx: ToolContext, args: CollectionsArguments) -> Result:
     return {"collections": [collection_details(ctx, name)]}
 
 
-def tags_by_collection(ctx: ToolContext) -> list[dict[str, Any]]:
-    """[{collection, tags: [{name, documents}]}] for each collection the principal sees, the collection tags
-    left out (they are the collections): the console's tags page. Needs an engine that counts tags within a
-    tag (3.12, `within`): an older one counts every document, which could show a limited token counts from
-    collections it may not see, so it is ENGINE_UNSUPPORTED."""
+# Collections the console's tags page counts per request: each is one engine request (GET /tags?within=), so a
+# knowledge base of thousands of collections is counted a page at a time, not in one request of thousands.
+TAGS_PAGE_COLLECTIONS = 50
+
+
+def tags_by_collection(ctx: ToolContext, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """[{collection, tags: [{name, documents}]}] for at most TAGS_PAGE_COLLECTIONS of the collections the
+    principal sees, by name, those after `after` (the last one of the page before), the collection tags left out
+    (they are the collections): the console's tags page; and the last name counted when more follow, else None.
+    Needs an engine that counts tags within a tag (3.12, `within`): an older one counts every document, which
+    could show a limited token counts from collections it may not see, so it is ENGINE_UNSUPPORTED."""
+    collections = sorted((c for c in list_collections(ctx, CollectionsArguments())["collections"]
+                          if after is None or c["name"] > after), key=lambda c: str(c["name"]))
+    page = collections[:TAGS_PAGE_COLLECTIONS]
     found = []
-    for collection in list_collections(ctx, CollectionsArguments())["collections"]:
+    for collection in page:
         tag = collection_tags.tag_for(collection["name"])
         raw = ctx.engine.list_tags(within=tag)
         if raw.get("within") != tag:
@@ -96,7 +105,7 @@ def tags_by_collection(ctx: ToolContext) -> list[dict[str, Any]]:
                for t in shapes.listed(raw, "tags")
                if isinstance(t, dict) and isinstance(t.get("name"), str) and not collection_tags.is_collection_tag(t["name"])]
         found.append({"collection": collection["name"], "documents": collection["documents"], "tags": own})
-    return found
+    return found, (str(page[-1]["name"]) if len(collections) > len(page) else None)
 
 
 def collection_details(ctx: ToolContext, name: str) -> dict[str, Any]:

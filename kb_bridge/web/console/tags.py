@@ -3,7 +3,7 @@ documents carry each, each linking to those documents (the collection page filte
 
 from __future__ import annotations
 
-from flask import render_template
+from flask import render_template, request
 from flask.typing import ResponseReturnValue
 
 from kb_bridge.tools.browse import tags_by_collection
@@ -18,5 +18,5 @@ def tags_page() -> ResponseReturnValue:
     bridge = current_console().bridge
     ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=principal())
     with bridge.engine.deadline(bridge.settings.engine.call_deadline()):
-        found = tags_by_collection(ctx)
-    return render_template("tags.html", title="Tags", collections=found)
+        found, more = tags_by_collection(ctx, request.args.get("after") or None)
+    return render_template("tags.html", title="Tags", collections=found, more=more)
