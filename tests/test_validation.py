@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 
 import pytest
 import responses
@@ -130,6 +131,24 @@ def test_a_character_no_store_keeps_is_refused_naming_the_field(bad: str, said: 
     with pytest.raises(InvalidArgument) as caught:
         SEARCH.check({"query": f"herons{bad}"})
     assert caught.value.details["field"] == "query"
+
+
+def test_checking_a_million_argument_values_holds_no_copy_of_them() -> None:
+    """The string check queued every value with two tuples (its path's link and itself): 1.3 million empty
+    arrays in an argument, a 3.7 MiB request inside KB_MCP_MAX_BODY_BYTES, took a worker 485 MiB over its
+    size and 4.3 s before the schema refused the argument. It walks the containers under way instead."""
+    arguments = {"query": "x", "x": [[]] * 1_000_000, "y": {"z": ["fine"] * 1000}}
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidArgument):
+            SEARCH.check(arguments)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    with pytest.raises(InvalidArgument) as caught:
+        SEARCH.check({"query": "x", "x": [[]] * 10, "y": {"z": [["ok"], ["bad\x00"]]}})
+    assert caught.value.details["field"] == "y.z[1][0]"
 
 
 def test_a_pair_of_surrogates_is_one_character_and_accepted() -> None:
