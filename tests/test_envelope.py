@@ -5,6 +5,7 @@ never a notification dropped with 202). The real door: tests/e2e/test_http_door.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 import mcp_types as types
@@ -115,3 +116,27 @@ def test_a_body_that_is_not_json_is_a_parse_error_quoting_nothing(body: bytes) -
 ])
 def test_json_content_types_compare_case_insensitively_with_parameters(value: bytes | None, json: bool) -> None:
     assert envelope.is_json(value) is json
+
+
+def test_a_message_of_more_json_values_than_any_call_holds_is_refused_before_it_is_parsed() -> None:
+    """1.3 million empty arrays in an argument (3.7 MiB, inside KB_MCP_MAX_BODY_BYTES) were parsed by the
+    door and again by the SDK, 200 MiB between them, before the schema refused the argument."""
+    def call(arguments: str) -> bytes:
+        return ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "kb_search", "arguments": '
+                + arguments + "}}").encode()
+    refused = envelope.read(call('{"query": "x", "x": [' + ",".join(["[]"] * 1_300_000) + "]}"))
+    assert isinstance(refused, envelope.Refusal)
+    assert (refused.status, refused.code) == (400, types.INVALID_REQUEST)
+    assert f"at most {envelope.MAX_JSON_VALUES} JSON values" in refused.message
+    # Brackets and commas inside strings are text, not values: the largest note passes, whatever it says.
+    note = json.dumps({"text": '[,{"\\' * 250_000, "tags": ["a"] * 20})
+    assert isinstance(envelope.read(call(note)), dict)
+    body = call(note)
+    tracemalloc.start()
+    try:
+        assert not envelope._too_many_values(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000, peak  # counting keeps no state per escape or value
+    assert isinstance(envelope.read(call('{"x": [' + ",".join(["0"] * (envelope.MAX_JSON_VALUES - 10)) + "]}")), dict)
