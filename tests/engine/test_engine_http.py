@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 from collections.abc import Callable
 
@@ -156,6 +157,20 @@ def test_checking_a_body_of_a_million_values_for_lone_surrogates_holds_no_copy_o
         validation._check_unicode({"x": [[]] * 1000, "y": {"z": [["ok"], ["\udcff"]]}})
     with pytest.raises(ValidationError, match="a field name"):
         validation._check_unicode({"x": [{"ok": 1}, {"\ud800": 1}]})
+
+
+def test_a_body_of_more_json_values_than_any_request_needs_is_400_before_it_is_parsed(
+        client: flask.testing.FlaskClient) -> None:
+    """30 MiB of empty arrays (10.5 million, inside KB_ENGINE_MAX_JSON_BYTES) took a worker 795 MiB to parse."""
+    body = b'{"query": "a", "x": [' + b",".join([b"[]"] * (validation.MAX_JSON_VALUES + 1)) + b"]}"
+    response = client.post(f"{API}/search", data=body, content_type="application/json")
+    assert response.status_code == 400 and error_code(response) == "bad_request", response.json
+    assert f"more than {validation.MAX_JSON_VALUES} JSON values" in response.json["error"]["message"]
+    # The largest body a request needs, PUT .../versions with 10,000 versions of 100 tags, is under the limit,
+    # and brackets and quotes inside strings are text.
+    versions = [{"version": n, "title": "t", "text": '[,{"\\', "tags": [f"t{k}" for k in range(100)],
+                 "updated_at": "2026-01-01T00:00:00Z", "changed_by": "a"} for n in range(1, 10_001)]
+    assert not validation._too_many_values(json.dumps({"versions": versions}).encode())
 
 
 @pytest.mark.parametrize("value", ["²", "٣", "+1", " 1", "1e3", "1" * 5000])
