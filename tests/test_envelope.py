@@ -12,6 +12,7 @@ import mcp_types as types
 import pytest
 from pydantic import ValidationError
 
+from kb_bridge import json_values
 from kb_bridge.protocol import envelope
 
 CALL = {"name": "kb_addnote", "arguments": {"text": "a secret note", "collection": "documents"}}
@@ -134,7 +135,7 @@ def test_a_message_of_more_json_values_than_any_call_holds_is_refused_before_it_
     body = call(note)
     tracemalloc.start()
     try:
-        assert not envelope._too_many_values(body)
+        assert not json_values.more_than(body, envelope.MAX_JSON_VALUES)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

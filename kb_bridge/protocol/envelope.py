@@ -18,23 +18,19 @@ one message per POST, and no MCP client of a later revision sends them (docs/pro
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
+from kb_bridge import json_values
+
 JSON = "application/json"
 
 # The JSON values (arrays, objects and their members) one message may hold. A tool call's arguments are a few
-# dozen (a note is one string, however long); parsed, each value is an object of 30-60 bytes, and the door and
-# the SDK each parse the body: 1.3 million empty arrays in 3.7 MiB held 200 MiB. Counted on the bytes, strings
-# left out, before anything is parsed.
+# dozen (a note is one string, however long), and the door and the SDK each parse the body (json_values.py).
 MAX_JSON_VALUES = 100_000
-# A JSON string (closed), or a character that starts a value or follows one outside strings. Possessive: the
-# backtracking form kept a state per escape (4 MiB of `\\"` in a note held 285 MiB in the regex engine).
-_STRING_OR_VALUE = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[,\[{]')
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ def is_json(content_type: bytes | None) -> bool:
 
 def read(body: bytes) -> dict[str, Any] | Refusal:
     """The one JSON-RPC message of `body`, or why it is refused."""
-    if _too_many_values(body):
+    if json_values.more_than(body, MAX_JSON_VALUES):
         return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: a message may hold at most {MAX_JSON_VALUES} "
                        "JSON values (arrays, objects and their members)")
     try:
@@ -84,20 +80,6 @@ def read(body: bytes) -> dict[str, Any] | Refusal:
         return Refusal(400, types.INVALID_REQUEST, f"Invalid Request: {problem}", id=_request_id(data),
                        of_response=isinstance(data, dict) and "method" not in data and ("result" in data or "error" in data))
     return data  # an object: _problem checked it
-
-
-def _too_many_values(body: bytes) -> bool:
-    """Whether `body` holds more than MAX_JSON_VALUES values, counted as commas, `[` and `{` outside strings
-    (never fewer than it parses to, whatever it is); read no further than the count needs."""
-    if body.count(b",") + body.count(b"[") + body.count(b"{") <= MAX_JSON_VALUES:
-        return False  # the characters inside strings only add to this count
-    count = 0
-    for match in _STRING_OR_VALUE.finditer(body):
-        if match.end() - match.start() == 1:  # a string is at least its two quotes
-            count += 1
-            if count > MAX_JSON_VALUES:
-                return True
-    return False
 
 
 def unsupported_version(header: bytes | None, message: dict[str, Any]) -> Refusal | None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import flask
 import pytest
 
+from kb_bridge import json_values
 from kb_bridge.local_engine.api import validation
 from kb_bridge.local_engine.errors import ValidationError
 from kb_bridge.local_engine.store.postgres import documents as pg_documents
@@ -170,7 +171,7 @@ def test_a_body_of_more_json_values_than_any_request_needs_is_400_before_it_is_p
     # and brackets and quotes inside strings are text.
     versions = [{"version": n, "title": "t", "text": '[,{"\\', "tags": [f"t{k}" for k in range(100)],
                  "updated_at": "2026-01-01T00:00:00Z", "changed_by": "a"} for n in range(1, 10_001)]
-    assert not validation._too_many_values(json.dumps({"versions": versions}).encode())
+    assert not json_values.more_than(json.dumps({"versions": versions}).encode(), validation.MAX_JSON_VALUES)
 
 
 @pytest.mark.parametrize("value", ["²", "٣", "+1", " 1", "1e3", "1" * 5000])

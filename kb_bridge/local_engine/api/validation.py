@@ -15,6 +15,8 @@ from typing import Any
 from flask import request
 from werkzeug.exceptions import BadRequest as WerkzeugBadRequest
 
+from kb_bridge import json_values
+
 from ..clock import parse_iso
 from ..errors import BadRequest, UnsupportedMediaType, ValidationError
 from .times import timestamp
@@ -24,14 +26,10 @@ MAX_TAGS = 100
 MAX_TITLE_CHARS = 1000
 MAX_PATH_CHARS = 4096
 MAX_CHANGED_BY_CHARS = 200
-# JSON values (arrays, objects and their members) one body may hold. The largest a request needs is PUT
-# .../versions: 10,000 versions of 100 tags, about 1.07 million. Parsed, each value is an object of 30-60
-# bytes: 30 MiB of empty arrays (inside KB_ENGINE_MAX_JSON_BYTES) took a worker 795 MiB. Counted on the
-# bytes, strings left out, before the body is parsed.
+# JSON values (arrays, objects and their members) one body may hold, counted before it is parsed
+# (kb_bridge/json_values.py). The largest a request needs is PUT .../versions: 10,000 versions of 100 tags,
+# about 1.07 million.
 MAX_JSON_VALUES = 2_000_000
-# A JSON string (closed), or a character that starts a value or follows one outside strings; possessive, so
-# that the regex engine keeps no state per escape.
-_STRING_OR_VALUE = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[,\[{]')
 
 
 def json_object(max_bytes: int) -> dict[str, Any]:
@@ -40,7 +38,7 @@ def json_object(max_bytes: int) -> dict[str, Any]:
     if request.mimetype != "application/json":
         raise UnsupportedMediaType("send the body as JSON with Content-Type: application/json")
     request.max_content_length = max_bytes
-    if _too_many_values(request.get_data(cache=True)):
+    if json_values.more_than(request.get_data(cache=True), MAX_JSON_VALUES):
         raise BadRequest(f"the request body holds more than {MAX_JSON_VALUES} JSON values (arrays, objects and "
                          "their members)")
     try:
@@ -53,20 +51,6 @@ def json_object(max_bytes: int) -> dict[str, Any]:
         raise BadRequest("the request body must be a JSON object")
     _check_unicode(body)
     return body
-
-
-def _too_many_values(body: bytes) -> bool:
-    """Whether `body` holds more than MAX_JSON_VALUES values, counted as commas, `[` and `{` outside strings
-    (never fewer than it parses to, whatever it is); read no further than the count needs."""
-    if body.count(b",") + body.count(b"[") + body.count(b"{") <= MAX_JSON_VALUES:
-        return False  # the characters inside strings only add to this count
-    count = 0
-    for match in _STRING_OR_VALUE.finditer(body):
-        if match.end() - match.start() == 1:  # a string is at least its two quotes
-            count += 1
-            if count > MAX_JSON_VALUES:
-                return True
-    return False
 
 
 def _check_unicode(body: dict[str, Any]) -> None:
