@@ -74,6 +74,23 @@ def test_the_tags_page_counts_a_page_of_collections_per_request(bridge: Bridge, 
     assert seen == names  # every collection, each once, in order
 
 
+def test_a_collection_named_as_the_bridge_would_not_name_one_does_not_break_the_tags_page(
+    bridge: Bridge, engine: responses.RequestsMock,
+) -> None:
+    # A collection tag written to the engine directly, whose name the bridge's tools would refuse (over 64
+    # characters): the page counts it with the others instead of answering 400 to everyone.
+    odd = "x" * 80
+    engine.get(f"{API}/tags", match=[responses.matchers.query_param_matcher({"prefix": "collection:"})],
+               json={"tags": [{"name": f"collection:{odd}", "documents": 1}, {"name": "collection:memory", "documents": 1}]})
+    for name in (odd, "memory"):
+        engine.get(f"{API}/tags", match=[responses.matchers.query_param_matcher({"within": f"collection:{name}"})],
+                   json={"within": f"collection:{name}", "tags": [{"name": f"t-{name[:3]}", "documents": 1}]})
+    response = signed_in(bridge).get("/ui/tags")
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert ">t-xxx</a>" in page and ">t-mem</a>" in page
+
+
 def test_jobs_show_their_kind_in_words_their_times_and_how_long_they_took(
     bridge: Bridge, engine: responses.RequestsMock,
 ) -> None:

@@ -97,7 +97,9 @@ def tags_by_collection(ctx: ToolContext, after: str | None = None) -> tuple[list
     page = collections[:TAGS_PAGE_COLLECTIONS]
     found = []
     for collection in page:
-        tag = collection_tags.tag_for(collection["name"])
+        # The engine's own tag, as it listed it: a name the bridge would not take (over 64 characters, written to
+        # the engine directly) is still counted, where tag_for's check failed the whole page for everyone.
+        tag = collection_tags.PREFIX + collection["name"]
         raw = ctx.engine.list_tags(within=tag)
         if raw.get("within") != tag:
             raise EngineUnsupported("counting tags per collection needs engine 3.12 (GET /tags?within=)")
