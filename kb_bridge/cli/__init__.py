@@ -144,9 +144,9 @@ def _stdio(args: argparse.Namespace) -> int:
 
     try:
         run_stdio(settings)
-    except StdoutClosed:
+    except StdoutClosed as closed:
         # Nobody is left to read an answer: one line on stderr for whoever reads the client's logs.
-        raise exits.Failed("the client closed stdout; stopped") from None
+        raise exits.Failed(closed.message) from None
     return OK
 
 

@@ -8,7 +8,8 @@
   exit, and JSON-RPC owes each request an answer. At most `drain_seconds` (the longest a tool call may take,
   Settings.longest_tool_call); then the server's read stream closes and the server, stopping, answers what is
   still running "Connection closed".
-- A closed stdout (the client gone) stops everything and raises StdoutClosed.
+- A closed stdout (the client gone) stops everything and raises StdoutClosed; so does a client that closed stdin
+  but does not read stdout, once the last answers have waited `LAST_WRITE_SECONDS` past the drain to be written.
 """
 
 from __future__ import annotations
@@ -39,8 +40,17 @@ logger = logging.getLogger(__name__)
 LOOP_GONE = (RuntimeError, concurrent.futures.CancelledError)
 
 
+# After the drain, how long the last answers (the "Connection closed" ones included) may wait for the client to
+# read stdout: a client that closed stdin and never reads would otherwise hold the process for ever.
+LAST_WRITE_SECONDS = 5.0
+
+
 class StdoutClosed(Exception):
-    """The client closed the pipe the bridge answers on: nobody is left to answer."""
+    """The client closed the pipe the bridge answers on, or stopped reading it: nobody is left to answer."""
+
+    def __init__(self, message: str = "the client closed stdout; stopped") -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @asynccontextmanager
@@ -53,7 +63,8 @@ async def stdio_transport(wire: stdio_wire.Wire, drain_seconds: float, max_line_
     inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage]()
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage]()
     written = anyio.Event()
-    stdout_closed = False
+    stdin_ended = anyio.Event()
+    stdout_closed = stdout_stalled = False
     async with anyio.create_task_group() as tasks:
 
         def writer_done(finished: bool) -> None:
@@ -65,24 +76,43 @@ async def stdio_transport(wire: stdio_wire.Wire, drain_seconds: float, max_line_
             outbound_receive.close()  # the server's last answers fail at once instead of waiting for a reader
             tasks.cancel_scope.cancel()
 
+        async def give_up_on_stdout() -> None:
+            nonlocal stdout_stalled
+            await stdin_ended.wait()
+            await anyio.sleep(drain_seconds + LAST_WRITE_SECONDS)
+            stdout_stalled = True  # the writer is still blocked: the client does not read what it is owed
+            tasks.cancel_scope.cancel()
+
         _daemon("kb-stdio-in", _read_stdin, wire.stdin, max_line_bytes, lines_in, token)
         _daemon("kb-stdio-out", _write_stdout, outbound_receive, wire.stdout, token, writer_done)
         reading = anyio.CancelScope()
+        watchdog = anyio.CancelScope()
+        tasks.start_soon(_within, watchdog, give_up_on_stdout)
         tasks.start_soon(_pump, reading, lines, inbound_send, outbound.clone(), outstanding, drain_seconds,
-                         max_line_bytes)
+                         max_line_bytes, stdin_ended)
         answers = Answers(outbound, outstanding)
         yield inbound, answers
         # The server stopped: the pump had closed its read stream, so it is done, unless the server stopped early.
         reading.cancel()
         await answers.aclose()
         await written.wait()  # every answer taken is on stdout
+        watchdog.cancel()
     if stdout_closed:
         raise StdoutClosed
+    if stdout_stalled:
+        logger.warning("stdout not read for %.0f s after stdin closed: exiting with answers unwritten",
+                       drain_seconds + LAST_WRITE_SECONDS)
+        raise StdoutClosed("the client stopped reading stdout; stopped")
+
+
+async def _within(scope: anyio.CancelScope, task: Callable[[], Any]) -> None:
+    with scope:
+        await task()
 
 
 async def _pump(scope: anyio.CancelScope, lines: MemoryObjectReceiveStream[bytes | None],
                 inbound: MemoryObjectSendStream[SessionMessage], refusals: MemoryObjectSendStream[SessionMessage],
-                outstanding: Outstanding, drain_seconds: float, max_line_bytes: int) -> None:
+                outstanding: Outstanding, drain_seconds: float, max_line_bytes: int, stdin_ended: anyio.Event) -> None:
     """stdin's lines to the server, or their refusals to stdout; at the end of stdin, the drain."""
     with scope:
         async with lines, inbound, refusals:
@@ -94,6 +124,7 @@ async def _pump(scope: anyio.CancelScope, lines: MemoryObjectReceiveStream[bytes
                         await _forward(line, inbound, refusals, outstanding)
             except anyio.BrokenResourceError:
                 return  # the server stopped reading: there is nothing left to drain
+            stdin_ended.set()
             if outstanding:
                 logger.info("stdin closed: answering the %d request(s) under way before exiting", len(outstanding))
             with anyio.move_on_after(drain_seconds):

@@ -47,8 +47,9 @@ def engine() -> Iterator[StandInEngine]:
 class StdioBridge:
     """`python -m kb_bridge stdio`, its stdout and stderr read line by line on threads as they come."""
 
-    def __init__(self, engine_url: str, read_stdout: bool = True) -> None:
-        env = clean_env({"KB_ENGINE_URL": engine_url, "KB_ENGINE_RETRIES": "1"})
+    def __init__(self, engine_url: str, read_stdout: bool = True, hold_stdout: bool = False,
+                 env: dict[str, str] | None = None) -> None:
+        env = clean_env({"KB_ENGINE_URL": engine_url, "KB_ENGINE_RETRIES": "1", **(env or {})})
         self.process = subprocess.Popen([sys.executable, "-m", "kb_bridge", "stdio"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
         assert self.process.stdin is not None and self.process.stdout is not None and self.process.stderr is not None
@@ -58,6 +59,8 @@ class StdioBridge:
         self._readers = [threading.Thread(target=self._collect, args=(self.process.stderr, self.err), daemon=True)]
         if read_stdout:
             self._readers.append(threading.Thread(target=self._collect, args=(self.process.stdout, self.out), daemon=True))
+        elif hold_stdout:
+            pass  # the client keeps its end open and never reads it: the bridge's writes block once the pipe is full
         else:
             self.process.stdout.close()  # the client is gone: the bridge's next write finds no reader
         for reader in self._readers:
@@ -182,6 +185,23 @@ def test_ctrl_c_while_idle_ends_the_process_at_once(bridge: StdioBridge) -> None
     assert bridge.wait_for_exit(10) == 130, bridge.stderr()
     assert time.monotonic() - started < 5
     assert "kb-bridge stdio: interrupted" in bridge.stderr()
+
+
+def test_a_client_that_closed_stdin_and_does_not_read_stdout_does_not_hold_the_process_for_ever(
+        engine: StandInEngine) -> None:
+    # The drain is 1.5 x 1 + 0 + 1.5 x 1 + 5 = 8 s here; then the last answers get LAST_WRITE_SECONDS to be read.
+    bridge = StdioBridge(engine.url, read_stdout=False, hold_stdout=True,
+                         env={"KB_ENGINE_TIMEOUT": "1", "KB_ENGINE_UPLOAD_TIMEOUT": "1", "KB_ADDNOTE_WAIT_SECONDS": "0"})
+    try:
+        bridge.send(INIT, INITIALIZED, *({"jsonrpc": "2.0", "id": n, "method": "tools/list"} for n in range(2, 200)))
+        bridge.stdin.close()  # more answers than the pipe holds are owed, and nobody reads them
+        status = bridge.wait_for_exit(60)
+    finally:
+        bridge.kill()
+    stderr = bridge.stderr()
+    assert status == 1, stderr
+    assert stderr.splitlines()[-1] == "kb-bridge stdio: the client stopped reading stdout; stopped", stderr
+    assert "Traceback" not in stderr, stderr
 
 
 def test_a_closed_stdout_ends_the_process_with_one_line_on_stderr(engine: StandInEngine) -> None:
