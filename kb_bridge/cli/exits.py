@@ -7,6 +7,9 @@ prints one line on stderr, `kb-bridge COMMAND: what happened`, and exits with:
 - 2 a usage or configuration error: an argument refused (InvalidArgument), a KB_* setting (SettingsError);
 - 130 interrupted (Ctrl-C).
 
+A reader of stdout gone before the output ends (`kb-bridge list | head -1`) is 1 without a word: there is nobody
+to tell, and the one who cut the output knows.
+
 A command words its own failures with `Failed(message, code)`, and adds what the reader should know on any
 error or Ctrl-C that leaves a block with `hint()` ("nothing was written to FILE").
 """
@@ -14,6 +17,7 @@ error or Ctrl-C that leaves a block with `hint()` ("nothing was written to FILE"
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,7 +58,12 @@ def add_command(commands: Any, name: str, func: Callable[[argparse.Namespace], i
 def run(args: argparse.Namespace) -> int:
     """Run the command argparse chose (`set_defaults(func=...)`) and give its exit status."""
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a reader gone shows here, not as "Exception ignored" at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return FAILED
     except KeyboardInterrupt as exc:
         return _say(args, "interrupted", exc, INTERRUPTED)
     except SettingsError as exc:
@@ -68,6 +77,15 @@ def run(args: argparse.Namespace) -> int:
         return _say(args, exc.message, exc, exc.code)
     except OSError as exc:
         return _say(args, str(exc), exc, FAILED)
+
+
+def _quiet_stdout() -> None:
+    """stdout's reader is gone: what is still buffered goes nowhere, so the interpreter's exit has nothing to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def _say(args: argparse.Namespace, message: str, exc: BaseException, code: int) -> int:

@@ -145,6 +145,20 @@ def test_list_collections_tags_and_jobs(engine: Service) -> None:
     assert kb(engine, "list", "--collection", "Not A Name").returncode == 2
 
 
+def test_output_whose_reader_is_gone_ends_quietly_with_status_1(engine: Service) -> None:
+    # `kb-bridge list | head -1`, made certain: the reader is gone before anything is written.
+    env = clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY})
+    added = kb(engine, "add", f"Terns cross the equator {SUFFIX}.", "--collection", f"{COLLECTION}-pipe", "--json")
+    document_id = str(json.loads(added.stdout)["document_id"])
+    for args in (["list", "--collection", f"{COLLECTION}-pipe"], ["get", document_id, "--json"], ["tools"]):
+        process = subprocess.Popen([sys.executable, "-m", "kb_bridge", *args], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, cwd=REPO, env=env)
+        assert process.stdout is not None
+        process.stdout.close()
+        _, stderr = process.communicate(timeout=120)
+        assert (process.returncode, stderr.decode()) == (1, ""), args  # no "Broken pipe", no "Exception ignored"
+
+
 def test_get_history_lists_versions_and_shows_one_and_add_refuses_a_duplicate(engine: Service) -> None:
     text = f"Herons stand still in shallow water {SUFFIX}."
     added = kb(engine, "add", text, "--collection", COLLECTION, "--json")
