@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import threading
@@ -36,8 +37,9 @@ from kb_bridge.protocol.stdio_frames import Ignored, Refused, read_frame
 logger = logging.getLogger(__name__)
 
 # What a thread's call into the event loop raises once the loop is stopping or gone (anyio's RunFinishedError
-# is a RuntimeError; a call the loop's shutdown cancelled ends in concurrent.futures.CancelledError).
-LOOP_GONE = (RuntimeError, concurrent.futures.CancelledError)
+# is a RuntimeError; a call the loop's shutdown cancelled ends in concurrent.futures.CancelledError, or in
+# asyncio's own when a second Ctrl-C stops asyncio.run's graceful shutdown).
+LOOP_GONE = (RuntimeError, concurrent.futures.CancelledError, asyncio.CancelledError)
 
 
 # After the drain, how long the last answers (the "Connection closed" ones included) may wait for the client to

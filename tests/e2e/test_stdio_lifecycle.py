@@ -187,6 +187,25 @@ def test_ctrl_c_while_idle_ends_the_process_at_once(bridge: StdioBridge) -> None
     assert "kb-bridge stdio: interrupted" in bridge.stderr()
 
 
+def test_a_second_ctrl_c_while_a_call_finishes_its_engine_request_prints_no_traceback() -> None:
+    with StandInEngine(delay=20) as engine:  # the engine never answers within the call's deadline
+        bridge = StdioBridge(engine.url, env={"KB_ENGINE_TIMEOUT": "4"})
+        try:
+            bridge.send(INIT, INITIALIZED, call(2, "kb_search", {"query": "herons"}))
+            wait_until(lambda: any("/search" in request for request in engine.received), 30, what="the engine call")
+            bridge.process.send_signal(signal.SIGINT)
+            wait_until(lambda: any(reply.get("id") == 2 for reply in bridge.replies()), 30, what="call 2 answered")
+            bridge.process.send_signal(signal.SIGINT)  # the user presses Ctrl-C again while the request finishes
+            status = bridge.wait_for_exit(60)
+        finally:
+            bridge.kill()
+    stderr = bridge.stderr()
+    assert status == 130, stderr
+    assert "Exception in thread" not in stderr, stderr
+    # every line is a log record (JSON) or the one line of the command: no traceback printed raw
+    assert [line for line in stderr.splitlines() if not line.startswith("{")] == ["kb-bridge stdio: interrupted"], stderr
+
+
 def test_a_client_that_closed_stdin_and_does_not_read_stdout_does_not_hold_the_process_for_ever(
         engine: StandInEngine) -> None:
     # The drain is 1.5 x 1 + 0 + 1.5 x 1 + 5 = 8 s here; then the last answers get LAST_WRITE_SECONDS to be read.
