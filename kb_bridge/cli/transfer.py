@@ -99,8 +99,13 @@ def _client(settings: Settings) -> EngineClient:
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
     tag = collection_tags.tag_for(args.collection) if args.collection else None
-    client = _client(settings)
     target: Path = args.file
+    if target.exists() and not target.is_file():
+        # The file is written beside the target and put in its place: a FIFO, a device (/dev/stdout) or a link to
+        # one would be replaced, not written to, and a folder fails only once everything has been read.
+        raise InvalidArgument("FILE.jsonl", f"{target} is not a regular file (export writes a new file in its "
+                                            "place: name a file)")
+    client = _client(settings)
     temporary: Path | None = None
     try:
         written = 0

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -258,6 +259,24 @@ def test_export_then_import_into_a_fresh_engine(source_engine: Service, fresh_en
     copied = engine_get(fresh_engine, "/documents", doc_type="pdf", tag=f"collection:{collection}")["documents"][0]
     original = requests.get(f"{fresh_engine.url}/api/v1/documents/{copied['id']}/original", headers=HEADERS, timeout=30)
     assert original.content == pdf and copied["source_path"] == "birds/albatross.pdf"
+
+
+def test_export_to_a_path_that_is_not_a_regular_file_is_refused_and_leaves_it_alone(engine: Service,
+                                                                                     tmp_path: Path) -> None:
+    # `kb-bridge export /dev/stdout` as root replaced the /dev/stdout link with a file holding every note, and
+    # said it had exported them; a FIFO (`export >(gzip > kb.gz)`) was replaced the same way.
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    link = tmp_path / "stdout.jsonl"
+    link.symlink_to(fifo)  # as /dev/stdout -> /proc/self/fd/1
+    folder = tmp_path / "folder.jsonl"
+    folder.mkdir()
+    for target in (fifo, link, folder):
+        result = kb(engine, "export", str(target))
+        assert result.returncode == 2, result
+        assert result.stderr.startswith(f"kb-bridge export: FILE.jsonl: {target} is not a regular file"), result
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and folder.is_dir()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder.jsonl", "pipe.jsonl", "stdout.jsonl"]
 
 
 def test_a_backup_taken_while_the_engine_serves_writes(engine: Service, tmp_path: Path) -> None:
