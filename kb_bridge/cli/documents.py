@@ -12,6 +12,7 @@ import argparse
 import functools
 import io
 import json
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -107,8 +108,19 @@ def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     return OK
 
 
+# C0 and C1 control characters and DEL: stored text is written by agents and files, and a terminal would run the
+# escape sequences they start (set the title, write the clipboard with OSC 52, erase or overwrite the screen).
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` for a terminal: each control character but newline and tab shown as an escape (`\\x1b`)."""
+    return CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 def table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
-    """Columns padded to their widest cell; the last one cut to the terminal's width."""
+    """Columns padded to their widest cell; the last one cut to the terminal's width. Cells are printable()."""
+    rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1])]
     widths = [min(w, 40) for w in widths]
     room = max(20, shutil.get_terminal_size((120, 20)).columns - sum(widths) - 2 * len(widths))
@@ -166,11 +178,11 @@ def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
               "engine before 3.9).")
         return OK
     tags = ", ".join(document["tags"]) or "-"
-    print(f"# {document['title'] or document['source_path'] or 'Document ' + str(document['id'])}\n")
-    print(f"id {document['id']} · {document['doc_type'] or '?'} · collection {document['collection'] or '-'} · "
-          f"tags {tags} · version {document['version']}")
-    print(f"source {document['source_path'] or '-'} · updated {document['updated_at'] or '?'}\n")
-    print(document.get("content") or "")
+    print(printable(f"# {document['title'] or document['source_path'] or 'Document ' + str(document['id'])}\n"))
+    print(printable(f"id {document['id']} · {document['doc_type'] or '?'} · collection {document['collection'] or '-'}"
+                    f" · tags {tags} · version {document['version']}"))
+    print(printable(f"source {document['source_path'] or '-'} · updated {document['updated_at'] or '?'}\n"))
+    print(printable(document.get("content") or ""))
     return OK
 
 

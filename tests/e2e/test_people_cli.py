@@ -94,6 +94,23 @@ def test_text_that_is_not_utf8_is_a_usage_error_naming_the_argument_and_nothing_
     assert json.loads(kb(engine, "list", "--collection", collection, "--json").stdout)["total"] == 0
 
 
+def test_stored_escape_sequences_reach_the_terminal_as_text_not_as_commands(engine: Service) -> None:
+    # A note an agent wrote (or a file's text) sets the terminal's title, writes its clipboard (OSC 52), colours
+    # and overwrites lines (CR) if printed raw; --json keeps the text itself.
+    hostile = f"Grebes dive {SUFFIX} \x1b]0;owned\x07 \x1b]52;c;aGk=\x07 \x1b[31mred\x1b[0m\rfake line \x9b2J end"
+    added = kb(engine, "add", hostile, "--collection", f"{COLLECTION}-esc", "--title", "Grebes", "--json")
+    assert added.returncode == 0, added.stderr
+    document_id = str(json.loads(added.stdout)["document_id"])
+    for args in (["get", document_id], ["search", f"grebes dive {SUFFIX}", "--collection", f"{COLLECTION}-esc"]):
+        shown = kb(engine, *args)
+        assert shown.returncode == 0, shown.stderr
+        assert not [c for c in shown.stdout if ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f], shown.stdout
+        assert "\\x1b]52;c;aGk=\\x07" in shown.stdout, shown.stdout  # shown, not run
+    assert "\\x1b[31mred\\x1b[0m\\x0dfake line \\x9b2J end" in kb(engine, "get", document_id).stdout
+    as_json = json.loads(kb(engine, "get", document_id, "--json").stdout)
+    assert as_json["content"] == hostile
+
+
 def test_search_shows_the_passage_that_matched_not_the_start_of_the_chunk(engine: Service) -> None:
     filler = " ".join(f"Gannets plunge for fish at sea, colony {n}." for n in range(20))
     text = f"{filler} Albatrosses glide for hours without a wingbeat {SUFFIX}."
