@@ -43,6 +43,14 @@ def with_tools(handler: Handler) -> Callable[[argparse.Namespace], int]:
     return with_settings(run)
 
 
+def ascii_int(text: str) -> int:
+    """An id argument in ASCII digits: int() also takes "5_7" (57), "٥٧" (57) and " 57", each naming a document the
+    user did not write (`kb-bridge delete 5_7` deleted document 57)."""
+    if re.fullmatch(r"-?[0-9]{1,20}", text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in ASCII digits")
+    return int(text)
+
+
 def add_arguments(commands: Any) -> None:
     search = add_command(commands, "search", with_tools(_search),
                          help="search the knowledge base (a table; --json for the results)",
@@ -64,18 +72,18 @@ def add_arguments(commands: Any) -> None:
     add.add_argument("--json", action="store_true", help="print the result as JSON")
 
     get = add_command(commands, "get", with_tools(_get), help="show one document: metadata and text")
-    get.add_argument("document_id", metavar="ID", type=int)
-    get.add_argument("--version", type=int, help="show this earlier version of a note")
+    get.add_argument("document_id", metavar="ID", type=ascii_int)
+    get.add_argument("--version", type=ascii_int, help="show this earlier version of a note")
     get.add_argument("--history", action="store_true", help="list a note's versions (number, time, who changed it)")
     get.add_argument("--json", action="store_true", help="print the document as JSON (with its versions)")
 
     history = add_command(commands, "history", with_tools(_get), help="a note's versions (the same as get ID --history)")
-    history.add_argument("document_id", metavar="ID", type=int)
+    history.add_argument("document_id", metavar="ID", type=ascii_int)
     history.add_argument("--json", action="store_true", help="print the versions as JSON")
     history.set_defaults(history=True, version=None)
 
     delete = add_command(commands, "delete", with_tools(_delete), help="delete one document for good")
-    delete.add_argument("document_id", metavar="ID", type=int)
+    delete.add_argument("document_id", metavar="ID", type=ascii_int)
     delete.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

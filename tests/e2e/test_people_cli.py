@@ -111,6 +111,19 @@ def test_stored_escape_sequences_reach_the_terminal_as_text_not_as_commands(engi
     assert as_json["content"] == hostile
 
 
+def test_an_id_not_written_in_ascii_digits_is_a_usage_error_and_names_no_other_document(engine: Service) -> None:
+    ids = [json.loads(kb(engine, "add", f"Loons call at night {SUFFIX} {n}.", "--collection", f"{COLLECTION}-ids",
+                         "--json").stdout)["document_id"] for n in range(11)]
+    target = str(max(ids))  # two digits or more
+    for spelling in (f"{target[0]}_{target[1:]}", target.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")),
+                     f" {target}", f"+{target}"):
+        for args in (["delete", spelling], ["get", spelling], ["history", spelling], ["get", target, "--version", spelling]):
+            refused = kb(engine, *args)
+            assert refused.returncode == 2, (args, refused)
+            assert "is not a number in ASCII digits" in refused.stderr, refused.stderr
+    assert kb(engine, "get", target).returncode == 0  # still there
+
+
 def test_search_shows_the_passage_that_matched_not_the_start_of_the_chunk(engine: Service) -> None:
     filler = " ".join(f"Gannets plunge for fish at sea, colony {n}." for n in range(20))
     text = f"{filler} Albatrosses glide for hours without a wingbeat {SUFFIX}."
