@@ -31,9 +31,11 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -258,10 +260,14 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _size(path: Path) -> int:
+    """FILE's size, checked before anything is asked of the engine or sent (a folder, too, cannot be read)."""
     try:
-        return path.stat().st_size
+        found = path.stat()
     except OSError as exc:
         raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(found.st_mode):
+        raise InvalidArgument("FILE", f"cannot read {path}: {os.strerror(errno.EISDIR)}")
+    return found.st_size
 
 
 def _keeps_times(client: EngineClient) -> bool:

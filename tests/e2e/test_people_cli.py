@@ -309,6 +309,13 @@ def test_export_to_a_path_that_is_not_a_regular_file_is_refused_and_leaves_it_al
     assert sorted(path.name for path in tmp_path.iterdir()) == ["folder.jsonl", "pipe.jsonl", "stdout.jsonl"]
 
 
+def test_import_of_a_folder_is_refused_before_anything_is_sent(engine: Service, tmp_path: Path) -> None:
+    refused = kb(engine, "import", str(tmp_path))
+    assert refused.returncode == 2, refused
+    # one line, not "what was sent stays queued in the engine: run the same command again"
+    assert refused.stderr == f"kb-bridge import: FILE: cannot read {tmp_path}: Is a directory\n", refused.stderr
+
+
 def test_a_backup_taken_while_the_engine_serves_writes(engine: Service, tmp_path: Path) -> None:
     confirmed: list[int] = []  # documents whose job was done before the backup started
     stop = threading.Event()
