@@ -166,6 +166,17 @@ def test_35_engine_4xx_are_translated_and_not_retried(
     assert KEY not in caught.value.message
 
 
+def test_an_engine_that_wants_a_key_when_none_is_set_is_named_as_kb_api_key_not_set(
+    engine: responses.RequestsMock,
+) -> None:
+    """`kb-bridge list` without KB_API_KEY said "the kb engine rejected KB_API_KEY", as if the key were wrong."""
+    engine.get(f"{API}/documents/1", status=401, json={"error": {"code": "unauthorized", "message": "key required"}})
+    with pytest.raises(EngineAuthFailed) as caught:
+        EngineClient(EngineSettings(retry_backoff=0, retry_max_wait=0)).get_document(1)
+    assert caught.value.code == "ENGINE_AUTH_ERROR"
+    assert caught.value.message == "bridge misconfigured: the kb engine wants a key and KB_API_KEY is not set"
+
+
 def test_a_host_the_engine_does_not_answer_for_is_named_as_the_bridges_misconfiguration(
     client: EngineClient, engine: responses.RequestsMock,
 ) -> None:

@@ -25,6 +25,7 @@ from requests.adapters import HTTPAdapter
 from kb_bridge import __version__
 from kb_bridge.access_log import note_engine_outcome
 from kb_bridge.errors import (
+    EngineAuthFailed,
     EngineBadResponse,
     EngineTimeout,
     EngineUnsupported,
@@ -448,7 +449,11 @@ class EngineClient:
 
     def _error_for(self, response: requests.Response, call: Call) -> KbError:
         clean = partial(clean_message, redact=self._redact)
-        return error_for_answer(response.status_code, response.content, response.headers, call.what, call.endpoint, clean)
+        error = error_for_answer(response.status_code, response.content, response.headers, call.what, call.endpoint, clean)
+        if isinstance(error, EngineAuthFailed) and self.settings.api_key is None:
+            # Not "rejected KB_API_KEY": there is none, and whoever reads this should set it, not change it.
+            return EngineAuthFailed("bridge misconfigured: the kb engine wants a key and KB_API_KEY is not set")
+        return error
 
 
 def _if_match(version: int | None) -> dict[str, str] | None:
