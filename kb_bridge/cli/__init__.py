@@ -101,13 +101,19 @@ def _add_token(commands: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["engine"]:
-        # Everything after `engine` belongs to the engine's own parser (argparse cannot pass
-        # options through a subcommand untouched).
-        from kb_bridge.cli.progress import Progress
+    try:
+        if argv[:1] == ["engine"]:
+            # Everything after `engine` belongs to the engine's own parser (argparse cannot pass
+            # options through a subcommand untouched).
+            from kb_bridge.cli.progress import Progress
 
-        return int(engine_cli().main(argv[1:], display=Progress))
-    return exits.run(_parser().parse_args(argv))
+            return int(engine_cli().main(argv[1:], display=Progress))
+        parsed = _parser().parse_args(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C while the command's modules load (a third of a second), before exits.run would say it.
+        print("kb-bridge: interrupted", file=sys.stderr)
+        return exits.INTERRUPTED
+    return exits.run(parsed)
 
 
 def engine_cli() -> ModuleType:

@@ -1,0 +1,20 @@
+"""`kb-bridge` before a command runs: Ctrl-C while its modules load is the one line and exit status 130 of any
+other Ctrl-C (cli/exits.py), not a KeyboardInterrupt traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+import kb_bridge.cli
+from kb_bridge.cli import main
+
+
+def test_ctrl_c_while_the_commands_modules_load_is_one_line_and_130(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted() -> None:
+        raise KeyboardInterrupt  # as SIGINT lands in one of _parser()'s imports
+
+    monkeypatch.setattr(kb_bridge.cli, "_parser", interrupted)
+    assert main(["list"]) == 130
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "kb-bridge: interrupted\n")
