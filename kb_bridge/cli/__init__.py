@@ -53,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = add_command(commands, "demo", _demo,
                        help="run the local engine and the bridge together, with a sample corpus")
     demo.add_argument("--data", metavar="DIR", help="engine data directory (default: a per-user data directory)")
-    demo.add_argument("--port", type=int, default=8765, help="bridge port on 127.0.0.1 (default 8765)")
-    demo.add_argument("--engine-port", type=int, default=8000, help="engine port on 127.0.0.1 (default 8000)")
+    demo.add_argument("--port", type=_port, default=8765, help="bridge port on 127.0.0.1 (default 8765)")
+    demo.add_argument("--engine-port", type=_port, default=8000, help="engine port on 127.0.0.1 (default 8000)")
     demo.add_argument("--no-sample", action="store_true", help="do not load the sample corpus")
 
     check = add_command(commands, "check", _check,
@@ -73,6 +73,13 @@ def _parser() -> argparse.ArgumentParser:
                             help="list the tools this configuration offers, with their size in tools/list")
     tools_cmd.add_argument("--json", action="store_true", help="print the tools/list payload itself")
     return parser
+
+
+def _port(text: str) -> int:
+    """A TCP port, 1-65535, in ASCII digits (0 would be a port the demo could not print)."""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return int(text)
 
 
 def _add_token(commands: Any) -> None:

@@ -225,3 +225,13 @@ def test_a_second_demo_on_the_same_data_directory_refuses(tmp_path: Path) -> Non
         assert demo.poll() is None and http_ok(re.search(r"MCP URL:\s+(\S+)", out.read_text()).group(1).removesuffix("/mcp") + "/healthz")  # type: ignore[union-attr]
     finally:
         stop_for_good(demo, tracked)
+
+
+def test_a_port_out_of_range_is_a_usage_error_naming_the_option() -> None:
+    # --port 70000 reached socket.bind: an OverflowError traceback
+    for option, value in (("--port", "70000"), ("--engine-port", "-5"), ("--port", "0"), ("--engine-port", "80a")):
+        result = subprocess.run([sys.executable, "-m", "kb_bridge", "demo", option, value], capture_output=True,
+                                text=True, cwd=REPO, env=clean_env({}), timeout=60)
+        assert result.returncode == 2, result
+        assert result.stderr.splitlines()[-1] == f"kb-bridge demo: error: argument {option}: '{value}' is not a port (1-65535)"
+        assert "Traceback" not in result.stderr
