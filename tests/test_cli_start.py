@@ -1,5 +1,5 @@
 """`kb-bridge` before a command runs: Ctrl-C while its modules load is the one line and exit status 130 of any
-other Ctrl-C (cli/exits.py), not a KeyboardInterrupt traceback."""
+other Ctrl-C (cli/exits.py), not a KeyboardInterrupt traceback; `serve`'s flags are checked as their settings are."""
 
 from __future__ import annotations
 
@@ -18,3 +18,10 @@ def test_ctrl_c_while_the_commands_modules_load_is_one_line_and_130(monkeypatch:
     assert main(["list"]) == 130
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", "kb-bridge: interrupted\n")
+
+
+def test_serve_workers_0_is_refused_as_kb_workers_0_is_not_taken_for_the_default(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KB_WORKERS", "2")  # so that the 0 serve writes into os.environ is undone after the test
+    assert main(["serve", "--workers", "0"]) == 2  # it served with 2 workers
+    assert capsys.readouterr().err == "kb-bridge: configuration error: KB_WORKERS: must be between 1 and 256, got 0\n"

@@ -137,9 +137,9 @@ def _print_token(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # Flags become the environment variables the one settings reader reads.
-    if args.bind:
+    if args.bind is not None:
         os.environ["KB_BIND"] = args.bind
-    if args.workers:
+    if args.workers is not None:  # --workers 0 is refused by the settings, as KB_WORKERS=0 is; not the default
         os.environ["KB_WORKERS"] = str(args.workers)
     settings = load_settings()  # fail here, readably, rather than inside gunicorn's master
     check_staging(settings)
