@@ -20,3 +20,9 @@ def id_number(text: str, maximum: int) -> int | None:
     None: the check a kb:// URI's id and a prompt's chunk id both make."""
     number = ascii_number(text, len(str(maximum)))
     return number if number is not None and 1 <= number <= maximum else None
+
+
+def is_port(text: str) -> bool:
+    """A TCP port as a Host or Origin, or an option, writes it: 1 to 5 ASCII digits, 1-65535."""
+    port = ascii_number(text, 5)
+    return port is not None and 0 < port <= 65535

@@ -154,7 +154,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     # count of a JSON body's values.
     "local_engine": {"environment", "errors", "json_values", "logs"},
     # The command line sits on top; of the engine it reaches only its entry (checked below).
-    "cli": {"auth", "client", "collection_tags", "credentials", "environment", "errors", "local_engine", "logs", "protocol", "serving",
+    "cli": {"auth", "client", "collection_tags", "credentials", "digits", "environment", "errors", "local_engine", "logs", "protocol", "serving",
             "settings", "shapes", "tools", "uploads"},
     "__main__": {"cli"},
     # The tests' and benchmarks' helpers (not in the wheel): processes, fakes of the engine and the settings

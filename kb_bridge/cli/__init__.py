@@ -23,6 +23,7 @@ from typing import Any
 from kb_bridge import __version__
 from kb_bridge.cli import exits
 from kb_bridge.cli.exits import OK, add_command
+from kb_bridge.digits import is_port
 from kb_bridge.logs import configure_logging
 from kb_bridge.settings import load_settings
 from kb_bridge.uploads.factory import check_staging
@@ -77,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _port(text: str) -> int:
     """A TCP port, 1-65535, in ASCII digits (0 would be a port the demo could not print)."""
-    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+    if not is_port(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
     return int(text)
 

@@ -21,8 +21,10 @@ from typing import Any
 from kb_bridge.cli.configured import with_settings
 from kb_bridge.cli.exits import FAILED, OK, add_command
 from kb_bridge.client.engine import EngineClient
+from kb_bridge.digits import id_number
 from kb_bridge.settings import Settings
 from kb_bridge.tools import registry
+from kb_bridge.tools.arguments import LARGEST_ID
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.uploads.factory import make_upload_store
 
@@ -44,11 +46,12 @@ def with_tools(handler: Handler) -> Callable[[argparse.Namespace], int]:
 
 
 def ascii_int(text: str) -> int:
-    """An id argument in ASCII digits: int() also takes "5_7" (57), "٥٧" (57) and " 57", each naming a document the
-    user did not write (`kb-bridge delete 5_7` deleted document 57)."""
-    if re.fullmatch(r"-?[0-9]{1,20}", text) is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number in ASCII digits")
-    return int(text)
+    """An id or version argument: 1 to LARGEST_ID in ASCII digits. int() also takes "5_7" (57), "٥٧" (57), " 57"
+    and "+57", each naming a document the user did not write (`kb-bridge delete 5_7` deleted document 57)."""
+    number = id_number(text, LARGEST_ID)
+    if number is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in ASCII digits (1-{LARGEST_ID})")
+    return number
 
 
 def add_arguments(commands: Any) -> None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from kb_bridge.asgi_messages import ASGIApp, Receive, Scope, Send, header, send_json
-from kb_bridge.digits import ascii_number
+from kb_bridge.digits import is_port
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +31,6 @@ def matches(value: str, patterns: Sequence[str]) -> bool:
         if pattern.endswith(":*") and value.startswith(pattern[:-1]) and is_port(value[len(pattern) - 1 :]):
             return True
     return False
-
-
-def is_port(text: str) -> bool:
-    """A TCP port as a Host or Origin writes it: 1 to 5 ASCII digits, 1-65535. str.isdigit also takes "²³"
-    and other scripts' digits, and would take any number of them."""
-    port = ascii_number(text, 5)
-    return port is not None and 0 < port <= 65535
 
 
 class HostOriginGuard:
