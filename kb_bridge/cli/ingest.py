@@ -37,6 +37,7 @@ from kb_bridge.cli.ingest_plan import Plan
 from kb_bridge.cli.ingest_run import Outcome
 from kb_bridge.cli.ingest_sync import synchronise
 from kb_bridge.cli.progress import Progress
+from kb_bridge.cli.targets import check_replaceable
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.settings import Settings
 
@@ -87,6 +88,8 @@ def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     collection_tags.check_name(args.collection, "--collection")
     collection_tags.check_user_tags(tags, "--tags")
     args.tags = tags
+    if args.state is not None:
+        check_replaceable(args.state, "--state")  # also: a FIFO there would block the run's first read
     if args.watch:
         if args.dry_run:
             from kb_bridge.errors import InvalidArgument

@@ -50,6 +50,7 @@ from kb_bridge.cli import history, listing
 from kb_bridge.cli.exits import FAILED, OK, add_command, hint
 from kb_bridge.cli.import_records import Record, read_records, stored_identity
 from kb_bridge.cli.progress import Progress
+from kb_bridge.cli.targets import check_replaceable
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.client.versions import TIME_FILTERS_VERSION, engine_version, parse_version
 from kb_bridge.errors import (EngineAuthFailed, EngineUnavailable, IngestionFailed, InvalidArgument, KbError,
@@ -102,11 +103,7 @@ def _client(settings: Settings) -> EngineClient:
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
     tag = collection_tags.tag_for(args.collection) if args.collection else None
     target: Path = args.file
-    if target.exists() and not target.is_file():
-        # The file is written beside the target and put in its place: a FIFO, a device (/dev/stdout) or a link to
-        # one would be replaced, not written to, and a folder fails only once everything has been read.
-        raise InvalidArgument("FILE.jsonl", f"{target} is not a regular file (export writes a new file in its "
-                                            "place: name a file)")
+    check_replaceable(target, "FILE.jsonl")
     client = _client(settings)
     temporary: Path | None = None
     try:

@@ -309,6 +309,20 @@ def test_export_to_a_path_that_is_not_a_regular_file_is_refused_and_leaves_it_al
     assert sorted(path.name for path in tmp_path.iterdir()) == ["folder.jsonl", "pipe.jsonl", "stdout.jsonl"]
 
 
+def test_an_ingest_state_file_that_is_not_a_regular_file_is_refused_and_left_alone(engine: Service,
+                                                                                    tmp_path: Path) -> None:
+    # The state file is replaced by a rename, as export's file is: a FIFO there also blocked the run's first read.
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Grebes\n\nGrebes dive for fish.\n", encoding="utf-8")
+    fifo = tmp_path / "state.json"
+    os.mkfifo(fifo)
+    result = kb(engine, "ingest", str(folder), "--collection", f"{COLLECTION}-state", "--state", str(fifo))
+    assert result.returncode == 2, result
+    assert result.stderr.startswith(f"kb-bridge ingest: --state: {fifo} is not a regular file"), result
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
 def test_import_of_a_folder_is_refused_before_anything_is_sent(engine: Service, tmp_path: Path) -> None:
     refused = kb(engine, "import", str(tmp_path))
     assert refused.returncode == 2, refused
