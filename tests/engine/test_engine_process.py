@@ -164,6 +164,17 @@ def test_a_second_engine_on_the_same_data_dir_is_refused(engines: list[EnginePro
     assert "in use by another engine" in second.log()
 
 
+def refused_at_start(engines: list[EngineProcess], data_dir: Path, log_path: Path) -> str:
+    """Start an engine on `data_dir` that must stop in the foreground: exit 2, one line, no worker's traceback and
+    no gunicorn "Worker failed to boot" (exit 3). Its log."""
+    refused = EngineProcess(data_dir, log_path, {"KB_ENGINE_EMBEDDER": "none"})
+    engines.append(refused)
+    assert refused.process.wait(60) == 2
+    log = refused.log()
+    assert "Traceback" not in log and "Worker failed to boot" not in log, log
+    return log
+
+
 def test_a_database_from_a_newer_engine_stops_the_engine_in_one_line(engines: list[EngineProcess],
                                                                      tmp_path: Path) -> None:
     """A team that rolls back to an older kb-bridge after an upgrade has a database at a schema this engine
@@ -173,12 +184,8 @@ def test_a_database_from_a_newer_engine_stops_the_engine_in_one_line(engines: li
     data.mkdir(mode=0o700)
     with sqlite3.connect(data / "engine.sqlite3") as conn:
         conn.execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
-    newer = EngineProcess(data, tmp_path / "newer.log", {"KB_ENGINE_EMBEDDER": "none"})
-    engines.append(newer)
-    assert newer.process.wait(60) == 2
-    log = newer.log()
+    log = refused_at_start(engines, data, tmp_path / "newer.log")
     assert f"schema version {LATEST_VERSION + 1}, newer than this engine knows" in log, log
-    assert "Traceback" not in log and "Worker failed to boot" not in log
 
 
 @contextlib.contextmanager
@@ -209,12 +216,8 @@ def test_a_database_it_cannot_write_stops_the_engine_in_one_line(engines: list[E
     assert start(engines, data, tmp_path / "first.log", KB_ENGINE_EMBEDDER="none").stop() == 0
     database = data / "engine.sqlite3"
     with _unwritable(database):
-        refused = EngineProcess(data, tmp_path / "refused.log", {"KB_ENGINE_EMBEDDER": "none"})
-        engines.append(refused)
-        assert refused.process.wait(60) == 2
-    log = refused.log()
+        log = refused_at_start(engines, data, tmp_path / "refused.log")
     assert f"the database {database} cannot be written" in log, log
-    assert "Traceback" not in log and "Worker failed to boot" not in log
     # Writable again, the same data directory serves.
     start(engines, data, tmp_path / "again.log", KB_ENGINE_EMBEDDER="none")
 
@@ -223,12 +226,8 @@ def test_a_data_directory_that_is_a_file_stops_the_engine_in_one_line(engines: l
                                                                       tmp_path: Path) -> None:
     not_a_directory = tmp_path / "data"
     not_a_directory.write_text("a file where the data directory should be", encoding="utf-8")
-    refused = EngineProcess(not_a_directory, tmp_path / "refused.log", {"KB_ENGINE_EMBEDDER": "none"})
-    engines.append(refused)
-    assert refused.process.wait(60) == 2
-    log = refused.log()
+    log = refused_at_start(engines, not_a_directory, tmp_path / "refused.log")
     assert f"the data directory {not_a_directory} is a file, not a directory" in log, log
-    assert "Traceback" not in log
 
 
 @pytest.mark.skipif(bundled_model_dir() is None, reason="needs the embedding model (kb-bridge[engine])")
