@@ -122,6 +122,10 @@ def test_the_smoothed_form_divides_each_input_once_and_keeps_the_product(model_d
 @needs_model
 @pytest.mark.parametrize("form", onnx_int8.FORMS)
 def test_int8_vectors_agree_with_torch_float32_per_text(model_dir: Path, form: str) -> None:
+    if form == "smoothed" and onnx_int8.cpu_form() != "smoothed":
+        # Built only where the CPU has 8-bit dot products: elsewhere the integer GEMM's 16-bit sums saturate
+        # (onnx_int8.py; lowest cosine 0.975 on an AMD EPYC without VNNI), and the engine builds the blockwise form.
+        pytest.skip("the smoothed int8 form is for CPUs with 8-bit dot products (VNNI, ARM); this one has none")
     expected = original_torch_model().encode(  # the original float32 weights, not the bundled float16 ones
         TEXTS, batch_size=16, normalize_embeddings=True, convert_to_numpy=True)
     embedder = OnnxEmbedder(model_dir, "all-MiniLM-L6-v2", document_precision="int8", query_precision="int8",
