@@ -67,6 +67,12 @@ def test_an_agents_single_upload_is_stored_before_the_flood_queued_ahead_of_it(e
     assert len(flood) == FLOOD
 
     agent = _session("kb-bridge/0.1.0")  # what the bridge sends for an agent's kb_upload_finish
+    # The flood's first file is prompt work, as a single upload is (ingest/scheduling.py: "the first file of a
+    # flood goes in the prompt lane too"), and older than the agent's, so it goes first by right. Claims take the
+    # prompt lane first: once the engine has claimed any of the flood, that file is no longer queued. (An engine
+    # slow to start, the model still loading, had it still queued when the agent posted.)
+    wait_for(lambda: (queue := agent.get(f"{engine.url}/api/v1/status", timeout=30).json()["queue"])["running"]
+             + queue["done"] >= 1, "the engine's first claim", deadline=300)
     single = _post(agent, engine.url, "minutes.txt", "Minutes: the kingfisher nest moved to the east bank.")
     # Flood jobs still queued now were queued when the single upload was posted (statuses only move on).
     queued = [job_id for job_id in flood if _job(agent, engine.url, job_id)["status"] == "queued"]
