@@ -92,8 +92,8 @@ def tags_by_collection(ctx: ToolContext, after: str | None = None) -> tuple[list
     (they are the collections): the console's tags page; and the last name counted when more follow, else None.
     Needs an engine that counts tags within a tag (3.12, `within`): an older one counts every document, which
     could show a limited token counts from collections it may not see, so it is ENGINE_UNSUPPORTED."""
-    collections = sorted((c for c in list_collections(ctx, CollectionsArguments())["collections"]
-                          if after is None or c["name"] > after), key=lambda c: str(c["name"]))
+    collections = [c for c in list_collections(ctx, CollectionsArguments())["collections"]  # sorted by name
+                   if after is None or c["name"] > after]
     page = collections[:TAGS_PAGE_COLLECTIONS]
     found = []
     for collection in page:
