@@ -141,7 +141,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "access_log": {"auth", "logs", "request_id"},
     "client": {"access_log", "errors", "metrics", "redaction", "settings"},
     "uploads": {"errors", "settings"},
-    "tools": {"auth", "client", "collection_tags", "credentials", "errors", "settings", "shapes", "uploads"},
+    "tools": {"auth", "client", "collection_tags", "credentials", "errors", "json_values", "settings", "shapes", "uploads"},
     "content": {"auth", "client", "collection_tags", "digits", "errors", "shapes", "tools"},
     "runtime": {"client", "metrics", "redaction", "settings", "uploads"},
     "web": {"asgi_messages", "auth", "client", "collection_tags", "credentials", "digits", "errors", "runtime", "settings",

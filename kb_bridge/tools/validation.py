@@ -8,12 +8,13 @@ costs no more than finding its first fault. Messages never echo the offending va
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from kb_bridge import json_values
 from kb_bridge.errors import InvalidArgument
 
 _TYPE_NAMES = {
@@ -50,7 +51,7 @@ class ArgumentValidator:
             raise InvalidArgument(field, problem)
 
     def _explain(self, error: ValidationError) -> tuple[str, str]:
-        field = _path(error.absolute_path)
+        field = json_values.path(error.absolute_path)
         # Errors from iter_errors always carry the keyword and its value (Unset only on hand-made ones).
         keyword, expected = str(error.validator), error.validator_value
         instance = error.instance
@@ -87,25 +88,12 @@ def _string_problem(value: str) -> str | None:
 
 def _unstorable_string(arguments: Any) -> tuple[str, str] | None:
     """(the path of the first string no store can keep, why), or None: checked for every string argument,
-    before any engine call. Iterative: arguments may nest deeper than the interpreter's recursion limit."""
-    # A stack of the containers being walked, each with its key in its parent: memory grows with the depth,
-    # not with the values (a tuple or two per value queued held 485 MiB for 1.3 million empty arrays).
-    stack: list[tuple[Any, Iterator[tuple[Any, Any]]]] = [(None, iter(((None, arguments),)))]
-    while stack:
-        for key, value in stack[-1][1]:
-            if isinstance(value, str):
-                problem = _string_problem(value)
-                if problem is not None:
-                    parts = [k for k, _ in stack if k is not None] + ([key] if key is not None else [])
-                    return _path(parts), problem
-            elif isinstance(value, dict) and value:
-                stack.append((key, iter(value.items())))
-                break
-            elif isinstance(value, list) and value:
-                stack.append((key, enumerate(value)))
-                break
-        else:
-            stack.pop()
+    before any engine call (json_values.strings: memory grows with the depth, not with the values)."""
+    for keys, text, is_key in json_values.strings(arguments):
+        if not is_key:
+            problem = _string_problem(text)
+            if problem is not None:
+                return json_values.path(keys), problem
     return None
 
 
@@ -130,13 +118,6 @@ def _problem(keyword: str, expected: Any) -> str:
     if keyword == "pattern":
         return "contains characters or a format that is not allowed"
     return f"is invalid ({keyword})"
-
-
-def _path(parts: Iterable[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _join(parent: str, name: str) -> str:

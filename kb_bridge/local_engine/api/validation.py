@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from flask import request
@@ -56,33 +56,13 @@ def json_object(max_bytes: int) -> dict[str, Any]:
 def _check_unicode(body: dict[str, Any]) -> None:
     """422 naming the first string (key or value) that holds a lone surrogate: JSON can escape one
     ("\\udcff", bytes that were not UTF-8 decoded with surrogateescape) but no store can encode it as
-    UTF-8. Checked once here, so every field, nested ones too, is covered before anything encodes it.
-    A stack of the containers being walked, not recursion: the parser allows nesting deeper than Python's
-    stack here would. Only the value refused is named: naming each value as it was queued held a string and
-    a tuple per value (3 million empty arrays, 8.6 MiB of JSON, took 830 MiB)."""
-    stack: list[tuple[str, Iterator[tuple[Any, Any]]]] = [("", iter(body.items()))]
-    while stack:
-        where, items = stack[-1]
-        for key, value in items:
-            if isinstance(key, str) and not _encodable(key):
+    UTF-8. Checked once here, so every field, nested ones too, is covered before anything encodes it
+    (json_values.strings: memory grows with the depth, not with the values)."""
+    for keys, text, is_key in json_values.strings(body):
+        if not _encodable(text):
+            if is_key:
                 raise ValidationError("a field name in the request body holds a lone surrogate (U+D800-U+DFFF)")
-            if isinstance(value, dict) and value:
-                stack.append((_path(where, key), iter(value.items())))
-                break
-            if isinstance(value, list) and value:
-                stack.append((_path(where, key), enumerate(value)))
-                break
-            if isinstance(value, str) and not _encodable(value):
-                raise ValidationError(f"{_path(where, key)} must be Unicode text: it holds a lone surrogate (U+D800-U+DFFF)")
-        else:
-            stack.pop()
-
-
-def _path(where: str, key: Any) -> str:
-    """`where`'s member `key` as errors name it: `tags[1]`, `versions[0].title`."""
-    if isinstance(key, int):
-        return f"{where}[{key}]"
-    return f"{where}.{key}" if where else str(key)
+            raise ValidationError(f"{json_values.path(keys)} must be Unicode text: it holds a lone surrogate (U+D800-U+DFFF)")
 
 
 def _encodable(text: str) -> bool:
