@@ -25,3 +25,12 @@ def test_serve_workers_0_is_refused_as_kb_workers_0_is_not_taken_for_the_default
     monkeypatch.setenv("KB_WORKERS", "2")  # so that the 0 serve writes into os.environ is undone after the test
     assert main(["serve", "--workers", "0"]) == 2  # it served with 2 workers
     assert capsys.readouterr().err == "kb-bridge: configuration error: KB_WORKERS: must be between 1 and 256, got 0\n"
+
+
+@pytest.mark.parametrize("argv, stops", [
+    (["export", "kb.jsonl"], True), (["import", "kb.jsonl"], True), (["ingest", "notes"], True),
+    (["serve"], False), (["stdio"], False), (["demo"], False), (["search", "q"], False),
+])
+def test_sigterm_is_taken_as_ctrl_c_by_the_commands_that_tidy_or_report_at_the_end(argv: list[str], stops: bool) -> None:
+    # serve and demo take SIGTERM themselves (gunicorn, cli/demo.py); stdio's own shutdown is docs/protocol.md's.
+    assert kb_bridge.cli._parser().parse_args(argv).sigterm_stops is stops

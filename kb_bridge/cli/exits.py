@@ -5,7 +5,9 @@ prints one line on stderr, `kb-bridge COMMAND: what happened`, and exits with:
 
 - 0 done; 1 failed: the engine (a KbError: its code and message), a file (OSError), the target;
 - 2 a usage or configuration error: an argument refused (InvalidArgument), a KB_* setting (SettingsError);
-- 130 interrupted (Ctrl-C).
+- 130 interrupted (Ctrl-C; for the commands that do long work with something to tidy or report at the end,
+  export, import and ingest, SIGTERM too: `sigterm_as_ctrl_c`, so that `timeout` or a service manager stopping
+  one leaves no temporary file and gets its report).
 
 A reader of stdout gone before the output ends (`kb-bridge list | head -1`) is 1 without a word: there is nobody
 to tell, and the one who cut the output knows.
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from types import FrameType
 from typing import Any
 
 from kb_bridge.errors import InvalidArgument, KbError, SettingsError
@@ -47,18 +51,35 @@ def hint(text: str) -> Iterator[None]:
         raise
 
 
-def add_command(commands: Any, name: str, func: Callable[[argparse.Namespace], int],
-                **options: Any) -> argparse.ArgumentParser:
-    """A subcommand of `commands` (argparse's subparsers) that `run` runs as `func(args)`."""
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that the block's cleanup and
+    reports run (by default SIGTERM ends the process at once: a `finally` never runs). Main thread only."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def add_command(commands: Any, name: str, func: Callable[[argparse.Namespace], int], *,
+                sigterm_stops: bool = False, **options: Any) -> argparse.ArgumentParser:
+    """A subcommand of `commands` (argparse's subparsers) that `run` runs as `func(args)`; with `sigterm_stops`,
+    within `sigterm_as_ctrl_c`."""
     parser: argparse.ArgumentParser = commands.add_parser(name, **options)
-    parser.set_defaults(func=func, prog=parser.prog)
+    parser.set_defaults(func=func, prog=parser.prog, sigterm_stops=sigterm_stops)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command argparse chose (`set_defaults(func=...)`) and give its exit status."""
     try:
-        status = int(args.func(args))
+        with sigterm_as_ctrl_c() if args.sigterm_stops else nullcontext():
+            status = int(args.func(args))
         sys.stdout.flush()  # a reader gone shows here, not as "Exception ignored" at the interpreter's exit
         return status
     except BrokenPipeError:

@@ -19,8 +19,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from kb_bridge import collection_tags
 from kb_bridge.cli.history import check_history
@@ -71,13 +70,9 @@ def stored_identity(collection: str | None, source_path: str | None, title: str 
     return ("content", collection, title, sha256)
 
 
-def read_records(path: Path, failed: Callable[[int, str], None], progress: Callable[[int], object]) -> Iterator[Record]:
-    """The file's valid records in order; each invalid line goes to `failed(line, reason)`; `progress` gets
-    the bytes of each line read."""
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
+def read_records(handle: BinaryIO, failed: Callable[[int, str], None], progress: Callable[[int], object]) -> Iterator[Record]:
+    """The valid records read from `handle` in order; each invalid line goes to `failed(line, reason)`;
+    `progress` gets the bytes of each line read."""
     with handle:
         for number, line in enumerate(handle, start=1):
             progress(len(line))

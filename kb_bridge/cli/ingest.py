@@ -17,7 +17,8 @@ stdout, also after Ctrl-C or a lost engine. A file or folder that cannot be take
 not UTF-8: ingest_files.py) is reported as failed and the others go on. The exit code is 0 when every file was
 added, updated, moved or skipped, 1 when any failed (a folder that could not be listed included) or had its job
 cancelled (tasks/cancel, the console) while the run waited, 2 on a usage or configuration error, 130 after
-Ctrl-C (exits.py); --watch ends with 0 on Ctrl-C or SIGTERM, its normal way to stop.
+Ctrl-C or SIGTERM (exits.py: the report of what was done is printed first); --watch ends with 0 on either, its
+normal way to stop.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ STATUSES = ("added", "updated", "skipped", "failed", "moved", "removed", "cancel
 
 def add_arguments(commands: Any) -> None:
     parser = add_command(
-        commands, "ingest", with_settings(run_ingest),
+        commands, "ingest", with_settings(run_ingest), sigterm_stops=True,
         help="keep files and folders in sync with the knowledge base (adds, updates, moves, prunes; --watch)",
         description="Upload every supported file under PATH to the engine (KB_ENGINE_URL, KB_API_KEY) as a bulk "
                     "job, wait until each is indexed, and print what was added, updated, moved, removed, skipped "
@@ -60,7 +61,7 @@ def add_arguments(commands: Any) -> None:
                "that is not UTF-8, changed while uploaded) or its job was cancelled, a folder could not be "
                "listed, or the engine was unreachable; 2 a usage or configuration error (a missing PATH, two "
                "files with one source_path, a prefix holding another folder's documents); 130 interrupted "
-               "(Ctrl-C); --watch: 0 when stopped with Ctrl-C or SIGTERM. Example: kb-bridge ingest ~/notes "
+               "(Ctrl-C or SIGTERM); --watch: 0 when stopped with Ctrl-C or SIGTERM. Example: kb-bridge ingest ~/notes "
                "--prune --watch")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files and folders to load")
     parser.add_argument("--collection", default=collection_tags.DEFAULT, metavar="NAME",

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import io
-import signal
 import sys
 import threading
 import time
-from types import FrameType
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -71,7 +69,6 @@ def watch(args: argparse.Namespace, settings: Settings) -> int:
     for root in roots:
         folder = root.path if root.path.is_dir() else root.path.parent
         observer.schedule(changes, str(folder), recursive=root.path.is_dir())
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     client = EngineClient(settings.engine)
     observer.start()
     _say(f"watching {', '.join(f'{shown(str(root.path))} as {shown(root.prefix)}' for root in roots)}; Ctrl-C stops")
@@ -96,7 +93,6 @@ def watch(args: argparse.Namespace, settings: Settings) -> int:
         observer.stop()
         observer.join(timeout=5)
         client.close()
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _pass(client: EngineClient, args: argparse.Namespace, settings: Settings) -> None:
@@ -118,7 +114,3 @@ def _log(outcome: Outcome) -> None:
 
 def _say(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", file=sys.stdout, flush=True)
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM (a service manager's stop) ends the watch as Ctrl-C does

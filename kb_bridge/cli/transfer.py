@@ -8,9 +8,11 @@ text; for a file the text the engine extracted, for reading) and, for a file, `f
 import brings back as a note of its text); with `--history`, a note's `history`, its earlier versions
 (cli/history.py), which import gives back to the new document once it is stored (a rerun gives it to a
 note an earlier run stored without it, and reports one changed since rather than replace its versions). The
-export is written to a temporary file and renamed at the end, so an interrupted export never leaves a half
-file under the name. Documents are listed after the last one's key (cli/listing.py), so that others deleted
-during the export make it miss none; those updated meanwhile are listed again at the end.
+export is written to a temporary file and renamed at the end, so an interrupted export (Ctrl-C, or SIGTERM,
+taken as Ctrl-C: exits.py) never leaves a half file under the name, nor the temporary file; FILE `-` is
+standard output (and standard input for import). Documents are listed after the last one's key
+(cli/listing.py), so that others deleted during the export make it miss none; those updated meanwhile are
+listed again at the end.
 
 Import reads the file one line at a time (memory does not grow with the file), queues each record as a
 note or an upload, and waits for the jobs. A line that is not JSON or a record that is not valid is reported
@@ -42,7 +44,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 from kb_bridge import collection_tags, shapes
 from kb_bridge.cli.configured import with_settings
@@ -59,6 +61,8 @@ from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
 WAIT_SECONDS = 600.0
+# FILE.jsonl naming standard output (export) or standard input (import), as most commands take it.
+STANDARD_STREAM = "-"
 # Listings of the documents updated while the export ran: each picks up those changed during the one before.
 SWEEPS = 3
 # How far the engine's clock may lag this one's for the listing of documents updated during the export.
@@ -68,15 +72,15 @@ Stored = dict[tuple[str | None, ...], list[int]]
 
 
 def add_arguments(commands: Any) -> None:
-    export = add_command(commands, "export", with_settings(run_export),
+    export = add_command(commands, "export", with_settings(run_export), sigterm_stops=True,
                          help="write every document (or one collection's) to a JSONL file",
                          description="One JSON object per document, files with their original bytes (base64). "
-                                     "Read back with `kb-bridge import`.")
-    export.add_argument("file", metavar="FILE.jsonl", type=Path)
+                                     "Read back with `kb-bridge import`. Ctrl-C or SIGTERM leaves FILE as it was.")
+    export.add_argument("file", metavar="FILE.jsonl", type=Path, help="the file to write ('-': standard output)")
     export.add_argument("--collection", help="only this collection")
     export.add_argument("--history", action="store_true",
                         help="with each note's earlier versions (import brings them back)")
-    importing = add_command(commands, "import", with_settings(run_import),
+    importing = add_command(commands, "import", with_settings(run_import), sigterm_stops=True,
                             help="add the documents of a JSONL export to the knowledge base (idempotent)",
                             description="Queue every record of an export as a note or an upload and wait until "
                                         "each is indexed, keeping its times (engine 3.8+). Records already stored "
@@ -86,8 +90,8 @@ def add_arguments(commands: Any) -> None:
                                         "twice. Invalid lines are reported by number and skipped.",
                             epilog="Exit status: 0 every record added or skipped; 1 a record was invalid or "
                                    "failed (the others were imported), or the engine was unreachable; "
-                                   "2 usage error; 130 interrupted (run it again to finish).")
-    importing.add_argument("file", metavar="FILE.jsonl", type=Path)
+                                   "2 usage error; 130 interrupted by Ctrl-C or SIGTERM (run it again to finish).")
+    importing.add_argument("file", metavar="FILE.jsonl", type=Path, help="the export to read ('-': standard input)")
     importing.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -103,29 +107,48 @@ def _client(settings: Settings) -> EngineClient:
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
     tag = collection_tags.tag_for(args.collection) if args.collection else None
     target: Path = args.file
-    check_replaceable(target, "FILE.jsonl")
+    to_stdout = str(target) == STANDARD_STREAM
+    if not to_stdout:
+        check_replaceable(target, "FILE.jsonl")
     client = _client(settings)
+    try:
+        if to_stdout:
+            with hint("what reached standard output is not the whole export"):
+                written = _write(client, tag, args.history, sys.stdout)
+        else:
+            written = _write_file(client, tag, args.history, target)
+    finally:
+        client.close()
+    print(f"Exported {written} document(s) to {'standard output' if to_stdout else target}.", file=sys.stderr)
+    return OK
+
+
+def _write_file(client: EngineClient, tag: str | None, with_history: bool, target: Path) -> int:
+    """The export written beside `target` and renamed onto it once whole."""
     temporary: Path | None = None
     try:
-        written = 0
         with hint(f"nothing was written to {target}"):
             # The export holds every note: a new file only this user can read (0600, whatever the umask), under a
             # name no one can foresee (mkstemp), so that a link planted beside the target is never written through.
             handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
             temporary = Path(name)
             with open(handle, "w", encoding="utf-8") as out:
-                for record in _records(client, tag):
-                    if args.history and record["doc_type"] == "note":
-                        record["history"] = history.earlier_versions(client, record["id"])
-                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    written += 1
+                written = _write(client, tag, with_history, out)
         os.replace(temporary, target)
+        return written
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
-        client.close()
-    print(f"Exported {written} document(s) to {target}.", file=sys.stderr)
-    return OK
+
+
+def _write(client: EngineClient, tag: str | None, with_history: bool, out: TextIO) -> int:
+    written = 0
+    for record in _records(client, tag):
+        if with_history and record["doc_type"] == "note":
+            record["history"] = history.earlier_versions(client, record["id"])
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        written += 1
+    return written
 
 
 def _records(client: EngineClient, tag: str | None) -> Iterator[dict[str, Any]]:
@@ -227,7 +250,9 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
     client = _client(settings)
     report = ImportReport()
     try:
-        size = _size(args.file)
+        from_stdin = str(args.file) == STANDARD_STREAM
+        size = None if from_stdin else _size(args.file)
+        handle = sys.stdin.buffer if from_stdin else _open(args.file)  # read_records closes it
         keeps_times = _keeps_times(client)
         stored = _stored_documents(client)
         pending: dict[int, int] = {}  # job id -> line
@@ -235,7 +260,7 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
         with hint("what was sent stays queued in the engine: run the same command again to finish (it adds no "
                   "record twice)"), Progress() as progress:
             progress.phase("import", size, "B")
-            for record in read_records(args.file, report.fail, progress.advance):
+            for record in read_records(handle, report.fail, progress.advance):
                 job_id = _send(client, record, stored, pending, report, keeps_times)
                 if job_id is not None and record.history:
                     histories[job_id] = record.history
@@ -265,6 +290,13 @@ def _size(path: Path) -> int:
     if stat.S_ISDIR(found.st_mode):
         raise InvalidArgument("FILE", f"cannot read {path}: {os.strerror(errno.EISDIR)}")
     return found.st_size
+
+
+def _open(path: Path) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
 
 
 def _keeps_times(client: EngineClient) -> bool:

@@ -257,10 +257,10 @@ class Watcher:
         wait_until(seen, seconds, what="a line from the watcher")
         return time.monotonic() - started
 
-    def stop(self) -> tuple[int, str]:
+    def stop(self, signum: int = signal.SIGINT) -> tuple[int, str]:
         self.read()
         os.set_blocking(self.process.stdout.fileno(), True)  # type: ignore[union-attr]
-        self.process.send_signal(signal.SIGINT)
+        self.process.send_signal(signum)
         out, err = self.process.communicate(timeout=30)
         self.lines.extend(out.splitlines())
         return self.process.returncode, err
@@ -309,6 +309,18 @@ def test_watch_reflects_create_change_rename_and_delete_and_stops_on_ctrl_c(engi
         assert any(line.endswith("updated live/new.md") for line in watcher.lines), watcher.lines
     finally:
         code, err = watcher.stop()
+    assert code == 0 and "Traceback" not in err, err
+    assert watcher.lines[-1].endswith("stopped")
+
+
+def test_watch_stops_on_sigterm_as_on_ctrl_c(engine: Service, tmp_path: Path) -> None:
+    folder = tmp_path / "term"
+    write(folder / "one.md", "the watch's first pass: the wigeon")
+    watcher = Watcher(engine, tmp_path, str(folder), "--collection", "term")
+    try:
+        watcher.until(lambda line: line.endswith("added term/one.md"), 60)
+    finally:
+        code, err = watcher.stop(signal.SIGTERM)  # a service manager's stop
     assert code == 0 and "Traceback" not in err, err
     assert watcher.lines[-1].endswith("stopped")
 

@@ -23,6 +23,7 @@ import requests
 from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.files import minimal_pdf
 from kb_bridge.testing.processes import REPO, Service, clean_env, start_engine, wait_until
+from kb_bridge.testing.standin import StandInEngine
 
 SUFFIX = str(os.getpid())
 COLLECTION = f"cli-{SUFFIX}"
@@ -307,6 +308,46 @@ def test_export_to_a_path_that_is_not_a_regular_file_is_refused_and_leaves_it_al
         assert result.stderr.startswith(f"kb-bridge export: FILE.jsonl: {target} is not a regular file"), result
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and folder.is_dir()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["folder.jsonl", "pipe.jsonl", "stdout.jsonl"]
+
+
+def test_export_to_standard_output_and_import_from_standard_input(engine: Service) -> None:
+    # `-` named a file called "-" in the working directory; it is standard output for export, input for import.
+    collection = f"stdio-export-{SUFFIX}"
+    for text in (f"Dunlins flock over the estuary {SUFFIX}.", f"Knots gather in their thousands {SUFFIX}."):
+        assert kb(engine, "add", text, "--collection", collection).returncode == 0
+    exported = kb(engine, "export", "-", "--collection", collection)
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr.endswith("Exported 2 document(s) to standard output.\n"), exported.stderr
+    records = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert sorted(r["title"] for r in records) == sorted(d["title"] for d in documents_in(engine, collection))
+    assert all(SUFFIX in r["text"] for r in records) and not (REPO / "-").exists()
+
+    assert kb(engine, "delete", str(records[0]["id"])).returncode == 0
+    imported = kb(engine, "import", "-", "--json", stdin=exported.stdout)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout) == {"added": 1, "skipped": 1, "failed": []}
+    assert sorted(d["title"] for d in documents_in(engine, collection)) == sorted(r["title"] for r in records)
+
+
+def test_sigterm_stops_an_export_as_ctrl_c_does_leaving_no_part_file(tmp_path: Path) -> None:
+    # By default SIGTERM (`timeout`, a service manager) ended the process at once: the export's
+    # `.NAME.*.part`, which holds every note read so far, stayed beside the target.
+    target = tmp_path / "kb.jsonl"
+    with StandInEngine(delay=20) as engine:  # the listing never comes back while the test runs
+        export = subprocess.Popen([sys.executable, "-m", "kb_bridge", "export", str(target)], cwd=REPO,
+                                  env=clean_env({"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY}),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: any("/documents" in request for request in engine.received), 60,
+                       what="the export listing the documents")
+            assert [path.name for path in tmp_path.iterdir() if path.name.endswith(".part")]  # what SIGTERM left
+            export.send_signal(signal.SIGTERM)
+            _, stderr = export.communicate(timeout=30)
+        finally:
+            export.kill()
+    assert export.returncode == 130, stderr
+    assert stderr == f"kb-bridge export: interrupted; nothing was written to {target}\n", stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_ingest_state_file_that_is_not_a_regular_file_is_refused_and_left_alone(engine: Service,
