@@ -66,11 +66,12 @@ class Bridge:
             )
             self._sweeper.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop; with `wait`, after the calls in flight finish (the HTTP server stopped sending new ones before
+        this), else at once: what is left of them runs on, its answer unsent."""
         self._sweeper.stop()
         if self._executor is not None:
-            # In-flight calls finish; the HTTP server stopped sending new ones before this.
-            self._executor.shutdown(wait=True, cancel_futures=False)
+            self._executor.shutdown(wait=wait, cancel_futures=not wait)
             self._executor = None
             self._wrapped.clear()
         self.engine.close()
@@ -81,10 +82,19 @@ class Bridge:
         transport managers over one bridge)."""
         self._users += 1
         self.start()
+        cancelled = False
         try:
             yield {"bridge": self}
+        except BaseException:
+            # Cancelled or interrupted (Ctrl-C on stdio): the calls in flight will not be answered, and an engine
+            # request that does not come back would hold the stop until its deadline (KB_ENGINE_TIMEOUT).
+            cancelled = True
+            raise
         finally:
             self._users -= 1
             if self._users == 0:
-                # Off the event loop: in-flight handlers may still need it (progress notifications).
-                await anyio.to_thread.run_sync(self.stop)
+                if cancelled:
+                    self.stop(wait=False)
+                else:
+                    # Off the event loop: in-flight handlers may still need it (progress notifications).
+                    await anyio.to_thread.run_sync(self.stop)

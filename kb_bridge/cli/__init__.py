@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import secrets
 import sys
@@ -161,6 +162,15 @@ def _stdio(args: argparse.Namespace) -> int:
     except StdoutClosed as closed:
         # Nobody is left to read an answer: one line on stderr for whoever reads the client's logs.
         raise exits.Failed(closed.message) from None
+    except KeyboardInterrupt:
+        # A tool call's engine request runs on the bridge's pool, whose threads the interpreter joins at exit
+        # (concurrent.futures): an engine that does not answer held Ctrl-C until the request's deadline
+        # (KB_ENGINE_TIMEOUT). Every answer is written (the call under way got `Connection closed`, and the
+        # bridge stopped without waiting for it: runtime.Bridge.lifespan), and its request was sent: nothing
+        # is left to wait for.
+        print("kb-bridge stdio: interrupted", file=sys.stderr, flush=True)
+        logging.shutdown()
+        os._exit(exits.INTERRUPTED)
     return OK
 
 

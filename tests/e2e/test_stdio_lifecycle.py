@@ -206,6 +206,26 @@ def test_a_second_ctrl_c_while_a_call_finishes_its_engine_request_prints_no_trac
     assert [line for line in stderr.splitlines() if not line.startswith("{")] == ["kb-bridge stdio: interrupted"], stderr
 
 
+def test_ctrl_c_during_a_call_whose_engine_does_not_answer_ends_the_process_before_the_requests_deadline() -> None:
+    # The bridge's stop waited for the call's engine request, and the interpreter for the pool's threads: Ctrl-C
+    # took until KB_ENGINE_TIMEOUT (here 60 s; the stand-in answers after 120).
+    with StandInEngine(delay=120) as engine:
+        bridge = StdioBridge(engine.url, env={"KB_ENGINE_TIMEOUT": "60"})
+        try:
+            bridge.send(INIT, INITIALIZED, call(2, "kb_search", {"query": "herons"}))
+            wait_until(lambda: any("/search" in request for request in engine.received), 30, what="the engine call")
+            started = time.monotonic()
+            bridge.process.send_signal(signal.SIGINT)
+            status = bridge.wait_for_exit(90)
+            took = time.monotonic() - started
+        finally:
+            bridge.kill()
+    assert status == 130 and took < 30, (status, took)
+    [answer] = [reply for reply in bridge.replies() if reply.get("id") == 2]
+    assert answer["error"]["message"] == "Connection closed", answer
+    assert [line for line in bridge.stderr().splitlines() if not line.startswith("{")] == ["kb-bridge stdio: interrupted"]
+
+
 def test_a_client_that_closed_stdin_and_does_not_read_stdout_does_not_hold_the_process_for_ever(
         engine: StandInEngine) -> None:
     # The drain is 1.5 x 1 + 0 + 1.5 x 1 + 5 = 8 s here; then the last answers get LAST_WRITE_SECONDS to be read.
