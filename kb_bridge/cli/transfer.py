@@ -34,6 +34,7 @@ import argparse
 import base64
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -61,6 +62,8 @@ from kb_bridge.settings import Settings
 from kb_bridge.uploads.multipart import file_job_body
 
 WAIT_SECONDS = 600.0
+# A `.NAME.*.part` left this long and locked by no export was left by one that was killed (_remove_abandoned).
+ABANDONED_AFTER = timedelta(minutes=1)
 # FILE.jsonl naming standard output (export) or standard input (import), as most commands take it.
 STANDARD_STREAM = "-"
 # Listings of the documents updated while the export ran: each picks up those changed during the one before.
@@ -125,6 +128,7 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
 
 def _write_file(client: EngineClient, tag: str | None, with_history: bool, target: Path) -> int:
     """The export written beside `target` and renamed onto it once whole."""
+    _remove_abandoned(target)
     temporary: Path | None = None
     try:
         with hint(f"nothing was written to {target}"):
@@ -132,6 +136,7 @@ def _write_file(client: EngineClient, tag: str | None, with_history: bool, targe
             # name no one can foresee (mkstemp), so that a link planted beside the target is never written through.
             handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
             temporary = Path(name)
+            fcntl.flock(handle, fcntl.LOCK_EX)  # held until the file is closed: this export is alive
             with open(handle, "w", encoding="utf-8") as out:
                 written = _write(client, tag, with_history, out)
         os.replace(temporary, target)
@@ -139,6 +144,34 @@ def _write_file(client: EngineClient, tag: str | None, with_history: bool, targe
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Remove the `.NAME.*.part` files of exports to `target` that were killed (SIGKILL, a crash, a power cut:
+    nothing ran to remove them), each a copy of every note: this user's regular files that no export holds
+    locked, and older than ABANDONED_AFTER (an export that has just made its file may not have locked it yet)."""
+    prefix, now = f".{target.name}.", time.time()
+    try:
+        names = [name for name in os.listdir(target.parent) if name.startswith(prefix) and name.endswith(".part")]
+    except OSError:
+        return  # the export itself says why the folder cannot be written
+    for name in names:
+        path = target.parent / name
+        try:
+            handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            found = os.fstat(handle)
+            if (not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid()
+                    or now - found.st_mtime < ABANDONED_AFTER.total_seconds()):
+                continue
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink()
+        except OSError:
+            continue  # locked: an export is writing it
+        finally:
+            os.close(handle)
 
 
 def _write(client: EngineClient, tag: str | None, with_history: bool, out: TextIO) -> int:

@@ -5,6 +5,7 @@ a backup taken while the engine serves writes, restored into a new engine."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -348,6 +350,40 @@ def test_sigterm_stops_an_export_as_ctrl_c_does_leaving_no_part_file(tmp_path: P
     assert export.returncode == 130, stderr
     assert stderr == f"kb-bridge export: interrupted; nothing was written to {target}\n", stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_part_file_of_a_killed_export_is_removed_by_the_next_export_and_no_other(engine: Service,
+                                                                                       tmp_path: Path) -> None:
+    # SIGKILL (or a crash, a power cut) leaves the `.NAME.*.part`, a copy of every note read so far, for ever.
+    target = tmp_path / "kb.jsonl"
+    with StandInEngine(delay=20) as standin:
+        killed = subprocess.Popen([sys.executable, "-m", "kb_bridge", "export", str(target)], cwd=REPO,
+                                  env=clean_env({"KB_ENGINE_URL": standin.url, "KB_API_KEY": ENGINE_KEY}),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: any("/documents" in request for request in standin.received), 60,
+                       what="the export listing the documents")
+        finally:
+            killed.kill()
+            killed.wait(30)
+    [abandoned] = list(tmp_path.iterdir())
+    an_hour_ago = time.time() - 3600
+    os.utime(abandoned, (an_hour_ago, an_hour_ago))
+    # Another export's file, still being written (it holds the lock), and one just made (not locked yet).
+    running = tmp_path / ".kb.jsonl.running.part"
+    running.write_text("")
+    os.utime(running, (an_hour_ago, an_hour_ago))
+    just_made = tmp_path / ".kb.jsonl.new.part"
+    just_made.write_text("")
+    other_target = tmp_path / ".other.jsonl.old.part"
+    other_target.write_text("")
+    os.utime(other_target, (an_hour_ago, an_hour_ago))
+    with open(running) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        exported = kb(engine, "export", str(target), "--collection", COLLECTION)
+    assert exported.returncode == 0, exported.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        ["kb.jsonl", running.name, just_made.name, other_target.name])
 
 
 def test_an_ingest_state_file_that_is_not_a_regular_file_is_refused_and_left_alone(engine: Service,
