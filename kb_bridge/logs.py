@@ -25,19 +25,29 @@ ACCESS_LOGGER = "kb_bridge.access"
 
 # Secrets this process knows (set where logging is configured): no piece of one reaches a line. Lines are
 # redacted whole, except the access line, whose only text from outside is the request path (it is on every
-# request's path, so it is kept cheap).
+# request's path, so it is kept cheap): the path is redacted as a value, before the line is encoded. Looking
+# for it in the encoded line instead missed every path the encoding changes (a newline, a quote, a character
+# beyond ASCII becomes an escape), and the secret in such a path was written whole.
 _redact: Redactor = NO_SECRETS
 
 
-def _redacted(record: logging.LogRecord, line: str, fields: dict[str, Any]) -> str:
-    if not _redact:
-        return line
-    if record.name == ACCESS_LOGGER and not record.exc_info:
-        path = fields.get("path")
-        if isinstance(path, str) and _redact(path) != path:
-            return line.replace(path, _redact(path))
-        return line
-    return _redact(line)
+def _cheap(record: logging.LogRecord) -> bool:
+    """An access line, redacted field by field (its path) rather than whole."""
+    return record.name == ACCESS_LOGGER and not record.exc_info
+
+
+def _with_path_redacted(record: logging.LogRecord, fields: dict[str, Any]) -> dict[str, Any]:
+    if not (_redact and _cheap(record)):
+        return fields
+    path = fields.get("path")
+    if not isinstance(path, str):
+        return fields
+    clean = _redact(path)
+    return fields if clean == path else {**fields, "path": clean}
+
+
+def _redacted(record: logging.LogRecord, line: str) -> str:
+    return line if not _redact or _cheap(record) else _redact(line)
 
 
 def fields_of(record: logging.LogRecord) -> dict[str, Any]:
@@ -66,11 +76,10 @@ class JsonFormatter(logging.Formatter):
         rid = request_id.current.get()
         if rid is not None:
             entry["request_id"] = rid
-        fields = fields_of(record)
-        entry.update(fields)
+        entry.update(_with_path_redacted(record, fields_of(record)))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return _redacted(record, _encode(entry), fields)
+        return _redacted(record, _encode(entry))
 
 
 # One encoder for every line: json.dumps with any option builds a new JSONEncoder per call.
@@ -83,8 +92,8 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        fields = fields_of(record)
-        return _redacted(record, f"{text} {json.dumps(fields, default=str)}" if fields else text, fields)
+        fields = _with_path_redacted(record, fields_of(record))
+        return _redacted(record, f"{text} {json.dumps(fields, default=str)}" if fields else text)
 
 
 def gunicorn_logconfig(level: str, as_json: bool, access_log: bool = False) -> dict[str, Any]:

@@ -1,0 +1,41 @@
+"""What a log line may carry from a client: the access line's path, redacted of every secret the process
+knows however the line's encoding writes it (logs.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from kb_bridge import logs
+from kb_bridge.redaction import Redactor
+
+SECRET = "engine-key-SECRET-0123456789abcdef"
+
+
+def access_record(path: str) -> logging.LogRecord:
+    record = logging.LogRecord(logs.ACCESS_LOGGER, logging.INFO, __file__, 1, "http_request", None, None)
+    record.fields = {"event": "http_request", "method": "GET", "path": path, "status": 404}  # type: ignore[attr-defined]
+    return record
+
+
+# Each of these is written as an escape by the line's JSON, so the raw path is not in the encoded line.
+PATHS = [f"/{SECRET}\n", f"/\u00e9{SECRET}", f'/{SECRET}"', f"/\x1b[31m{SECRET}", f"/{SECRET}\\"]
+
+
+@pytest.mark.parametrize("formatter", [logs.JsonFormatter, logs.TextFormatter])
+@pytest.mark.parametrize("path", PATHS)
+def test_a_secret_in_a_request_path_is_redacted_whatever_the_encoding_makes_of_the_path(
+        monkeypatch: pytest.MonkeyPatch, formatter: type[logging.Formatter], path: str) -> None:
+    monkeypatch.setattr(logs, "_redact", Redactor([SECRET]))
+    line = formatter().format(access_record(path))
+    assert "SECRET-0123" not in line and "***" in line, line
+    if formatter is logs.JsonFormatter:
+        assert json.loads(line)["path"].endswith(path[path.index(SECRET) + len(SECRET):])  # the rest is kept
+
+
+def test_an_access_path_without_a_secret_is_written_as_it_came(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs, "_redact", Redactor([SECRET]))
+    path = "/ui/documents/12\n\u00e9"
+    assert json.loads(logs.JsonFormatter().format(access_record(path)))["path"] == path
