@@ -1,4 +1,4 @@
-"""`kb-bridge migrate --from-sqlite DIR --to postgresql://...`: copy a local engine's SQLite store into
+"""`kb-bridge migrate --from-sqlite DIR [--to postgresql://...]`: copy a local engine's SQLite store into
 PostgreSQL, with the same document ids, versions, tags, chunks and vectors (nothing is re-embedded), and
 each note's history (its earlier versions, changed_by, its duplicate keys; engine 3.9).
 
@@ -53,9 +53,10 @@ def add_arguments(commands: Any) -> None:
                "engine store); 130 interrupted (run it again to continue).")
     parser.add_argument("--from-sqlite", required=True, metavar="DIR", type=Path,
                         help="the engine's data directory (the one holding engine.sqlite3)")
-    parser.add_argument("--to", required=True, metavar="URL",
+    parser.add_argument("--to", metavar="URL",
                         help="the PostgreSQL database (postgresql://user:password@host/db, with @ / : %% and spaces in "
-                             "the password percent-encoded), as KB_ENGINE_DATABASE_URL")
+                             "the password percent-encoded); default: KB_ENGINE_DATABASE_URL, which keeps the password "
+                             "out of the command line, where every user of the machine can read it (ps)")
     parser.add_argument("--json", action="store_true", help="print the final counts as JSON")
 
 

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bind", metavar="HOST:PORT", help="address to listen on (default: 127.0.0.1:8000)")
     parser.add_argument("--database-url", metavar="URL",
                         help="keep the data in PostgreSQL with pgvector (postgresql://user:password@host/db; "
-                             "env KB_ENGINE_DATABASE_URL) instead of SQLite in --data; several engines may share it")
+                             "env KB_ENGINE_DATABASE_URL, which keeps the password out of ps) instead of SQLite in "
+                             "--data; several engines may share it")
     parser.add_argument("--threads", type=int, metavar="N", help="request threads (default: 8)")
     parser.add_argument("--no-embeddings", action="store_true",
                         help="full-text search only, even when the embedding model is installed")
@@ -161,11 +162,13 @@ def main(argv: list[str] | None = None, display: ProgressDisplay | None = None) 
     return serve(config, args.log_level)
 
 
-def plan_migration(from_sqlite: Path, to: str) -> Migration:
-    """`kb-bridge migrate`'s checks of --from-sqlite and --to, before PostgreSQL is touched (migration.py)."""
+def plan_migration(from_sqlite: Path, to: str | None) -> Migration:
+    """`kb-bridge migrate`'s checks of --from-sqlite and --to (else KB_ENGINE_DATABASE_URL), before PostgreSQL is
+    touched (migration.py)."""
     from . import migration
 
-    return migration.plan(from_sqlite, to)
+    url, setting = migration.target(to, os.environ)
+    return migration.plan(from_sqlite, url, setting)
 
 
 def run_migration(plan: Migration, progress: Progress, skipped: Skip) -> dict[str, Any]:

@@ -27,6 +27,7 @@ EMBEDDER_CHOICES = ("auto", "minilm", "none")
 FUSION_CHOICES = ("convex", "rrf")
 # In the data directory: the SQLite store, and the staged files of jobs not yet done.
 DATABASE_FILE = "engine.sqlite3"
+DATABASE_URL_VARIABLE = "KB_ENGINE_DATABASE_URL"
 UPLOADS_DIR = "uploads"
 
 
@@ -205,7 +206,7 @@ def _read(env: Env) -> dict[str, Any]:
     host, port = env.get("KB_ENGINE_BIND", (d.host, d.port), parse_bind)
     return {
         "api_key": env.raw("KB_API_KEY"),
-        "database_url": env.raw("KB_ENGINE_DATABASE_URL"),
+        "database_url": env.raw(DATABASE_URL_VARIABLE),
         "host": host,
         "port": port,
         "threads": env.integer("KB_ENGINE_THREADS", d.threads, 1, 256),

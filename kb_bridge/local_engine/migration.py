@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kb_bridge.environment import Env
+
 from . import database_url
-from .config import DATABASE_FILE
+from .config import DATABASE_FILE, DATABASE_URL_VARIABLE
 from .errors import ConfigError, EngineError
 from .progress import Progress
 
@@ -55,16 +57,28 @@ class Migration:
     unfinished: tuple[tuple[int, str], ...] = ()
 
 
-def plan(data_dir: Path, url: str) -> Migration:
-    """Check the driver, `url` (--to) and the store in `data_dir` (--from-sqlite), before PostgreSQL is touched;
-    ConfigError naming the option."""
+def target(to: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The PostgreSQL URL to copy into and the setting it came from: --to, else KB_ENGINE_DATABASE_URL. The
+    variable is the way that keeps the password private: a command's arguments are readable by every user of
+    the machine (ps, /proc/PID/cmdline) for as long as it runs, and a migration runs for minutes."""
+    if to is not None:
+        return to, "--to"
+    url = Env(environ).raw(DATABASE_URL_VARIABLE)
+    if url is None:
+        raise ConfigError(f"no target: set {DATABASE_URL_VARIABLE} (or give --to)")
+    return url, DATABASE_URL_VARIABLE
+
+
+def plan(data_dir: Path, url: str, setting: str = "--to") -> Migration:
+    """Check the driver, `url` (given by `setting`) and the store in `data_dir` (--from-sqlite), before PostgreSQL
+    is touched; ConfigError naming the option."""
     _check_driver()
     from .store.sqlite import export
 
     source_path = data_dir / DATABASE_FILE
     if not source_path.is_file():
         raise ConfigError(f"--from-sqlite: no {DATABASE_FILE} in {data_dir}")
-    database_url.check(url, "--to")
+    database_url.check(url, setting)
     try:
         source = export.open_readonly(source_path)
         export.check(source)

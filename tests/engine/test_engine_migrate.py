@@ -175,6 +175,27 @@ def test_migrate_refuses_a_directory_without_a_store(tmp_path: Path) -> None:
     assert code == 2 and "--from-sqlite" in err
 
 
+def test_the_target_is_kb_engine_database_url_so_its_password_need_not_be_on_the_command_line(
+        make_app: Callable[..., flask.Flask], tmp_path: Path, postgres_server: PostgresServer) -> None:
+    """`--to` was required, and the README's example passed "$KB_ENGINE_DATABASE_URL" to it: the password was in
+    the command's arguments, which every user of the machine reads (ps, /proc/PID/cmdline) while it runs."""
+    data = tmp_path / "sqlite-data"
+    source = make_app(data_dir=data, database_url=None)
+    add_note(source.test_client(), "Avocets sweep their upturned bills through the shallows")
+    engine_of(source).close()
+    url = postgres_server.new_database()
+    argv = [sys.executable, "-m", "kb_bridge", "migrate", "--from-sqlite", str(data), "--json"]
+    done = subprocess.run(argv, env=clean_env({"KB_ENGINE_DATABASE_URL": url}), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["copied"] == 1 and not nothing_written(url)
+    assert url not in argv
+
+    neither = subprocess.run(argv, env=clean_env({}), capture_output=True, text=True, timeout=60)
+    assert neither.returncode == 2 and "KB_ENGINE_DATABASE_URL" in neither.stderr, neither.stderr
+    assert len(neither.stderr.strip().splitlines()) == 1
+
+
 def nothing_written(url: str) -> bool:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT to_regclass('documents') IS NULL").fetchone()[0] is True  # type: ignore[index]
