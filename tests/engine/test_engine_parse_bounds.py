@@ -9,6 +9,7 @@ runs in a second or two and the growth still shows: tens of MiB before the fix, 
 from __future__ import annotations
 
 import io
+import logging
 import struct
 import tracemalloc
 import zipfile
@@ -16,11 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import flask
 import pytest
 
 from kb_bridge.local_engine.errors import IngestionError
-from kb_bridge.local_engine.ingest import docx_text, parsers
+from kb_bridge.local_engine.ingest import docx_text, parsers, worker
 from kb_bridge.local_engine.ingest.chunking import ChunkingPolicy, chunk_text
+from kb_bridge.testing.engine_app import API, upload, wait_job
 
 MiB = 1024 * 1024
 W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
@@ -102,3 +105,27 @@ def test_a_marked_section_without_a_name_is_no_failure(tmp_path: Path, html: str
     path = tmp_path / "page.html"
     path.write_text(html)
     assert parsers.extract_text(path, "html") == text
+
+
+def test_an_error_quoting_the_file_is_one_bounded_line_in_the_job_and_the_log(
+        make_app: Callable[..., flask.Flask], caplog: pytest.LogCaptureFixture) -> None:
+    """A 2 KB DOCX naming a main part 2,000,000 characters long, newlines in it: its error quoted the name whole,
+    into the job's row, every listing of jobs and the log (where the newlines wrote lines of their own)."""
+    forged = "word/x\n2026-11-28 02:00:00,000 CRITICAL kb_bridge.local_engine.api.auth: FORGED\n"
+    target = (forged + "A" * 2_000_000).replace("\n", "&#10;")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("_rels/.rels", '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+                         'relationships"><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/'
+                         f'2006/relationships/officeDocument" Target="{target}"/></Relationships>')
+    assert len(buffer.getvalue()) < 4096
+    client = make_app().test_client()
+    with caplog.at_level(logging.INFO, logger="kb_bridge.local_engine"):
+        job = wait_job(client, upload(client, "forged.docx", buffer.getvalue()).get_json()["id"])
+    error = job["error"]
+    assert job["status"] == "failed" and error.startswith("not a DOCX file: the zip archive has no word/x\\x0a2026")
+    assert len(error) <= worker.MAX_ERROR_CHARS and "\n" not in error
+    listed = client.get(f"{API}/jobs").get_json()["jobs"]
+    assert [j["error"] for j in listed if j["id"] == job["id"]] == [error]
+    logged = [r.getMessage() for r in caplog.records if f"job {job['id']} failed" in r.getMessage()]
+    assert len(logged) == 1 and "\n" not in logged[0] and len(logged[0]) < 2 * worker.MAX_ERROR_CHARS

@@ -43,6 +43,7 @@ import functools
 import logging
 import mimetypes
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -78,6 +79,13 @@ GROUP_CHUNKS = 20_000
 # of small files sent without `priority`), never paid by prompt work (docs/benchmarks.md, "Ingestion at the speed of the model").
 GROUP_WAIT_SECONDS = 0.5
 _TICK = 0.5
+# A job's error can quote the file: a part a DOCX names, a parser's words about what it met. One a small file
+# made 35 MB long (a DOCX of 34 KB naming a part of that length) went whole into the log, the job's row and every
+# listing of jobs (two such jobs took the listing past the bridge's response limit: kb_jobs failed for every
+# caller), and its newlines wrote lines of their own into a plain-text log. So it is cut, and its control
+# characters are shown as escapes.
+MAX_ERROR_CHARS = 1000
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(eq=False)
@@ -549,6 +557,7 @@ class IngestionWorker:
             self._in_flight.pop(work.job.id, None)
 
     def _fail(self, work: _Work, message: str) -> None:
+        message = job_error(message)
         logger.warning("job %d failed: %s", work.job.id, message)
         work.failed = True
         self._release(work)
@@ -566,3 +575,9 @@ class IngestionWorker:
                 logger.exception("could not requeue job %d; it is requeued at the next start", work.job.id)
         if works:
             logger.info("%d unfinished job(s) put back in the queue; they run again at the next start", len(works))
+
+
+def job_error(message: str) -> str:
+    """`message` as a job's error: on one line, its control characters as `\\xNN`, at most MAX_ERROR_CHARS."""
+    flat = _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", message)
+    return flat if len(flat) <= MAX_ERROR_CHARS else flat[: MAX_ERROR_CHARS - 1] + "\u2026"
