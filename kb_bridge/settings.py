@@ -428,6 +428,11 @@ def _check_cross_field_rules(settings: Settings) -> None:
     if engine_key is not None and engine_key in settings.mcp.api_keys:
         # The agent-facing key must never unlock the engine, and vice versa.
         raise SettingsError("KB_MCP_API_KEY", "must differ from KB_API_KEY (the engine's key)")
+    if engine_key is not None and "@" in urlsplit(settings.engine.url).netloc:
+        # requests sends a URL's user:password as Basic auth in place of the Authorization header the key goes in:
+        # the key was never sent, and the engine's 401 was reported as the engine rejecting KB_API_KEY.
+        raise SettingsError("KB_ENGINE_URL", "carries a user name or password, which would be sent in place of "
+                                             "KB_API_KEY: give the engine's key in KB_API_KEY alone")
     encoded_chunk = (settings.uploads.max_chunk_bytes + 2) // 3 * 4
     if encoded_chunk + 64 * 1024 > settings.mcp.max_body_bytes:
         raise SettingsError(

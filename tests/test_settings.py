@@ -131,3 +131,13 @@ def test_an_http_issuer_off_loopback_is_refused_naming_the_setting(issuer: str) 
 def test_an_http_issuer_on_loopback_is_accepted(issuer: str) -> None:
     settings = load_settings({"KB_OAUTH_ISSUER": issuer, "KB_PUBLIC_URL": "https://kb.example"})
     assert settings.mcp.oauth.issuer == issuer
+
+
+def test_an_engine_url_with_a_password_beside_kb_api_key_is_refused_without_quoting_it() -> None:
+    """requests sent the URL's user:password as Basic auth in place of `Bearer KB_API_KEY`: the key never reached the
+    engine, and its 401 was reported as "the engine rejected KB_API_KEY"."""
+    url = "http://kb:url-pass-0123456789@127.0.0.1:8000"
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"KB_ENGINE_URL": url, "KB_API_KEY": "engine-secret-0123456789"})
+    assert caught.value.variable == "KB_ENGINE_URL" and "url-pass" not in str(caught.value)
+    assert load_settings({"KB_ENGINE_URL": url}).engine.safe_url() == "http://127.0.0.1:8000"  # a proxy's own login
