@@ -39,3 +39,24 @@ def test_an_access_path_without_a_secret_is_written_as_it_came(monkeypatch: pyte
     monkeypatch.setattr(logs, "_redact", Redactor([SECRET]))
     path = "/ui/documents/12\n\u00e9"
     assert json.loads(logs.JsonFormatter().format(access_record(path)))["path"] == path
+
+
+def test_a_plain_text_line_keeps_what_a_client_sent_on_it_and_out_of_the_terminal() -> None:
+    """KB_LOG_JSON=false: a newline in a logged value (a User-Agent in the engine's access lines, a token's
+    subject) began a forged line; ESC and U+009B (CSI) reached a terminal showing the log."""
+    sent = "agent\n2026-11-28 02:00:00,000 CRITICAL kb_bridge.auth: FORGED\x1b[2J\x9b31m\ttab"
+    record = logging.LogRecord("gunicorn.access", logging.INFO, __file__, 1, "client said %s", (sent,), None)
+    line = logs.TextFormatter().format(record)
+    assert "\n" not in line and "\x1b" not in line and "\x9b" not in line, line
+    assert line.endswith("client said agent\\x0a2026-11-28 02:00:00,000 CRITICAL kb_bridge.auth: FORGED"
+                         "\\x1b[2J\\x9b31m\ttab")
+
+
+def test_a_plain_text_traceback_still_follows_on_lines_of_its_own() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+        record = logging.LogRecord("kb", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
+    lines = logs.TextFormatter().format(record).splitlines()
+    assert lines[0].endswith("kb: failed") and lines[1].startswith("Traceback") and lines[-1] == "ValueError: boom"
