@@ -277,3 +277,21 @@ async def test_both_worker_classes_serve_and_stop_cleanly(tmp_path: Path, worker
             code = bridge.stop()
     assert not result.is_error and result.structured_content["query"] == "worker"
     assert code == 0
+
+
+def test_a_key_in_a_request_path_is_written_as_stars_whatever_else_the_path_holds(tmp_path: Path) -> None:
+    """The access line looked for the raw path in the encoded line to redact it: a path with a newline, a quote or
+    a character beyond ASCII (all escaped by the line's JSON) was not found, and the key in it was written whole."""
+    with StandInEngine() as engine:
+        bridge = start_bridge(tmp_path, {"KB_ENGINE_URL": engine.url, "KB_API_KEY": ENGINE_KEY,
+                                         "KB_MCP_API_KEY": TOKEN}, workers=1)
+        try:
+            paths = [f"/{ENGINE_KEY}%0A", f"/%C3%A9{TOKEN}", f"/ui/{TOKEN}%22", f"/{ENGINE_KEY}"]
+            for path in paths:
+                assert requests.get(bridge.url + path, timeout=5).status_code == 404
+            wait_until(lambda: bridge.log().count('"status": 404') >= len(paths), 10, what="the access lines")
+        finally:
+            bridge.stop()
+        log = bridge.log_path.read_text()
+    assert ENGINE_KEY[:12] not in log and TOKEN[:12] not in log
+    assert '"path": "/***\\n"' in log and '"path": "/\\u00e9***"' in log
