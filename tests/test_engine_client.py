@@ -94,6 +94,16 @@ def test_33_retry_after_header_is_used_between_attempts(engine: responses.Reques
     assert slept == [3.0]
 
 
+def test_an_engine_whose_database_is_away_is_not_called_unreachable(engine: responses.RequestsMock) -> None:
+    client = make_client(retry_attempts=1)
+    engine.get(f"{API}/status", status=503, json={"error": {"code": "store_unavailable", "message":
+                                                            "PostgreSQL is unavailable: connection refused"}})
+    with pytest.raises(EngineUnavailable) as caught:
+        client.status()
+    assert caught.value.code == "ENGINE_UNAVAILABLE" and "unreachable" not in caught.value.message
+    assert caught.value.message == "the kb engine answers, but its database is unavailable; try again shortly"
+
+
 def test_connection_refused_is_engine_unavailable(tmp_path: Path) -> None:
     client = EngineClient(EngineSettings(url="http://127.0.0.1:9", retry_attempts=2, retry_backoff=0, retry_max_wait=0))
     with pytest.raises(EngineConnectFailed) as caught:

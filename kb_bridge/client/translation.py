@@ -140,6 +140,10 @@ def _rejected(answer: Answer) -> KbError:
 # An engine error code refines its status; otherwise the status alone decides.
 _BY_CODE: dict[tuple[int, str], Callable[[Answer], KbError]] = {
     (409, "not_a_note"): lambda a: NotANote(),
+    # The engine answered, its database did not (PostgreSQL away, docs/engine-api.md): "the kb engine is
+    # unreachable" sent whoever read it (an agent, /readyz, an operator) after the engine's network.
+    (503, "store_unavailable"): lambda a: EngineBusy("the kb engine answers, but its database is unavailable; try "
+                                                     "again shortly", retry_after=a.retry_after),
 }
 _BY_STATUS: dict[int, Callable[[Answer], KbError]] = {
     400: _rejected,
