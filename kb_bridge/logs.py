@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from kb_bridge import request_id
+from kb_bridge import control_chars, request_id
 from kb_bridge.redaction import NO_SECRETS, Redactor
 
 FIELDS = "fields"
@@ -87,24 +86,15 @@ class JsonFormatter(logging.Formatter):
 _encode = json.JSONEncoder(default=str).encode
 
 
-# Control characters but tab, written as \xNN in a plain-text line's message: a message can carry what a client
-# sent (a User-Agent in the engine's access lines, a token's subject), and a newline there began a line of its
-# own, an ESC or a C1 character (U+009B is a terminal's CSI) reached whoever reads the log in a terminal. JSON
-# lines escape them already.
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def _escaped(found: re.Match[str]) -> str:
-    return f"\\x{ord(found.group()):02x}"
-
-
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        """The line before any traceback, on one line (a traceback follows on lines of its own, as it always has)."""
-        return _CONTROLS.sub(_escaped, super().formatMessage(record))
+        """The line before any traceback, on one line (a traceback follows on lines of its own, as it always has):
+        a message can carry what a client sent (a User-Agent in the engine's access lines, a token's subject), and
+        a newline there began a forged line. JSON lines escape control characters already."""
+        return control_chars.escaped(super().formatMessage(record), keep="\t")
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

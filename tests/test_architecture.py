@@ -128,10 +128,10 @@ def test_the_checker_finds_a_circle(tmp_path: Path) -> None:
 # The may-import table, asserted below and shown in docs/architecture.md: each unit of kb_bridge (a top-level
 # folder or module) and the units it may import. Every import counts: module level, `TYPE_CHECKING` and inside
 # functions. The package itself (`kb_bridge`, its version) may be imported by any unit.
-LEAVES = ("errors", "redaction", "request_id", "asgi_messages", "allocator", "metrics", "digits", "json_values")
+LEAVES = ("errors", "redaction", "request_id", "asgi_messages", "allocator", "metrics", "digits", "json_values", "control_chars")
 MAY_IMPORT: dict[str, set[str]] = {
     **{leaf: set() for leaf in LEAVES},
-    "logs": {"redaction", "request_id"},
+    "logs": {"control_chars", "redaction", "request_id"},
     "collection_tags": {"errors"},
     "credentials": {"collection_tags", "errors"},
     "environment": {"errors"},
@@ -150,11 +150,11 @@ MAY_IMPORT: dict[str, set[str]] = {
                  "settings", "tools", "web"},
     "serving": {"allocator", "errors", "logs", "metrics", "settings", "uploads"},
     "asgi": {"protocol"},
-    # The local engine is a program of its own: it shares only log formatting, the environment reader and the
-    # count of a JSON body's values.
-    "local_engine": {"environment", "errors", "json_values", "logs"},
+    # The local engine is a program of its own: it shares only log formatting, the environment reader, the
+    # checks of a JSON body's values and the escaping of control characters.
+    "local_engine": {"control_chars", "environment", "errors", "json_values", "logs"},
     # The command line sits on top; of the engine it reaches only its entry (checked below).
-    "cli": {"auth", "client", "collection_tags", "credentials", "digits", "environment", "errors", "local_engine", "logs", "protocol", "serving",
+    "cli": {"auth", "client", "collection_tags", "control_chars", "credentials", "digits", "environment", "errors", "local_engine", "logs", "protocol", "serving",
             "settings", "shapes", "tools", "uploads"},
     "__main__": {"cli"},
     # The tests' and benchmarks' helpers (not in the wheel): processes, fakes of the engine and the settings

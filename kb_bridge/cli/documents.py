@@ -12,12 +12,12 @@ import argparse
 import functools
 import io
 import json
-import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kb_bridge import control_chars
 from kb_bridge.cli.configured import with_settings
 from kb_bridge.cli.exits import FAILED, OK, add_command
 from kb_bridge.client.engine import EngineClient
@@ -119,14 +119,10 @@ def _search(ctx: ToolContext, args: argparse.Namespace) -> int:
     return OK
 
 
-# C0 and C1 control characters and DEL: stored text is written by agents and files, and a terminal would run the
-# escape sequences they start (set the title, write the clipboard with OSC 52, erase or overwrite the screen).
-CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def printable(text: str) -> str:
-    """`text` for a terminal: each control character but newline and tab shown as an escape (`\\x1b`)."""
-    return CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    """`text` for a terminal: stored text is written by agents and files, so each control character but newline
+    and tab is shown as an escape (`\\x1b`), not run."""
+    return control_chars.escaped(text, keep="\t\n")
 
 
 def table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:

@@ -43,13 +43,14 @@ import functools
 import logging
 import mimetypes
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from kb_bridge import control_chars
 
 from ..clock import now_iso
 from ..embedding.embedder import Embedder, EmbedderSlot
@@ -85,7 +86,6 @@ _TICK = 0.5
 # caller), and its newlines wrote lines of their own into a plain-text log. So it is cut, and its control
 # characters are shown as escapes.
 MAX_ERROR_CHARS = 1000
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(eq=False)
@@ -579,5 +579,5 @@ class IngestionWorker:
 
 def job_error(message: str) -> str:
     """`message` as a job's error: on one line, its control characters as `\\xNN`, at most MAX_ERROR_CHARS."""
-    flat = _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", message)
+    flat = control_chars.escaped(message)
     return flat if len(flat) <= MAX_ERROR_CHARS else flat[: MAX_ERROR_CHARS - 1] + "\u2026"
