@@ -12,7 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 from kb_bridge import __version__
 from kb_bridge.client.versions import engine_version, version_problem
-from kb_bridge.errors import KbError
+from kb_bridge.errors import EngineBusy, EngineUnavailable, KbError
 from kb_bridge.auth.bearer import Authenticator
 from kb_bridge.credentials.scopes import KNOWN_SCOPES
 from kb_bridge.runtime import Bridge
@@ -44,6 +44,13 @@ def _authorized(keys: list[bytes] | None) -> bool:
         return False
     digest = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
     return any([hmac.compare_digest(digest, key) for key in keys])
+
+
+def answered(exc: KbError) -> bool:
+    """Whether the engine answered the request that failed (a key refused, busy, its database away, an error of
+    its own): only a connection or a read that failed or timed out leaves it unreachable, which is what an
+    operator reading /readyz looks at first."""
+    return isinstance(exc, EngineBusy) or not isinstance(exc, EngineUnavailable)
 
 
 def protected_resource_metadata(oauth: OAuthSettings) -> dict[str, object]:
@@ -87,7 +94,7 @@ def create_web_app(bridge: Bridge, authenticator: Authenticator | None = None,
         try:
             status = bridge.engine.status(timeout=READY_TIMEOUT, retry=False)
         except KbError as exc:
-            return jsonify(ready=False, engine={"reachable": False, "error": exc.to_dict()}), 503
+            return jsonify(ready=False, engine={"reachable": answered(exc), "error": exc.to_dict()}), 503
         version = engine_version(status)
         problem = version_problem(status)
         if problem is not None:
