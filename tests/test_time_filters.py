@@ -40,6 +40,11 @@ APPLIED = {"time_filters": {}}
     # The end of the last day the engine writes is its last millisecond, not an overflow.
     (None, "9999-12-31", "updated", {"updated_before": "9999-12-31T23:59:59.999Z"}),
     ("9999-12-31T23:59:59.9995Z", None, "updated", {"updated_after": "9999-12-31T23:59:59.999Z"}),
+    # An offset that takes a time past either end of the years 0001-9999 in UTC bounds as that end does (it was
+    # an OverflowError, INTERNAL_ERROR to the agent).
+    ("0001-01-01T00:00+14:00", "9999-12-31T23:59-14:00", "created",
+     {"created_after": "0001-01-01T00:00:00.000Z", "created_before": "9999-12-31T23:59:59.999Z"}),
+    ("9999-12-31T23:59:59-00:01", None, "updated", {"updated_after": "9999-12-31T23:59:59.999Z"}),
 ])
 def test_since_and_until_become_the_engines_bounds(since: str | None, until: str | None, field: str,
                                                     expected: dict[str, str]) -> None:
@@ -92,6 +97,7 @@ async def test_list_sends_the_bounds(client: Client, engine: responses.RequestsM
     ({"since": "2026-03-01", "until": "2026-02-01"}, "since"),
     ({"time_field": "modified", "since": "1d"}, "time_field"),
     ({"since": ""}, "since"),
+    ({"since": "\u0667d"}, "since"),  # ARABIC-INDIC DIGIT SEVEN: numbers are ASCII digits
 ])
 @pytest.mark.parametrize("tool", ["kb_search", "kb_list"])
 async def test_bad_time_arguments_name_the_field(client: Client, engine: responses.RequestsMock, tool: str,

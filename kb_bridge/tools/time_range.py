@@ -16,12 +16,13 @@ from kb_bridge.errors import InvalidArgument
 
 FIELDS = ("created", "updated")
 BOUNDS = ("created_after", "created_before", "updated_after", "updated_before")
-_SPAN = re.compile(r"(\d{1,7})([mhdw])")
+_SPAN = re.compile(r"(\d{1,7})([mhdw])", re.ASCII)  # ASCII digits, as every number the tools take
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?")
-# The latest instant the engine writes (four-digit years, milliseconds): the end of 9999-12-31 as an until,
-# which is the day after and would overflow.
+# The first and latest instants the engine writes (four-digit years, milliseconds): the end of 9999-12-31 as
+# an until, which is the day after and would overflow, and a time whose offset takes it past either end in UTC.
+FIRST = datetime(1, 1, 1, tzinfo=timezone.utc)
 LAST = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
 FORMS = "an ISO 8601 date or date-time (e.g. 2026-04-01 or 2026-04-01T09:30:00Z) or a span back from now " \
         "(30m, 36h, 7d, 2w)"
@@ -41,10 +42,19 @@ def moment(value: str, field: str, now: datetime, end_of_day: bool = False) -> d
             return day + timedelta(days=1) if day.date() < date.max else LAST
         if _DATE_TIME.fullmatch(text):
             found = datetime.fromisoformat(text.replace("Z", "+00:00"))
-            return found if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
+            return _utc(found) if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
     except (ValueError, OverflowError):
         raise InvalidArgument(field, f"{value[:60]!r} is not a real date, time or span") from None
     raise InvalidArgument(field, f"must be {FORMS}")
+
+
+def _utc(instant: datetime) -> datetime:
+    """`instant` in UTC; one whose offset takes it before the year 1 or after 9999 there (0001-01-01T00:00+14:00)
+    is the first or last instant the engine stores, which bounds exactly the same documents."""
+    try:
+        return instant.astimezone(timezone.utc)
+    except OverflowError:
+        return FIRST if instant.year == 1 else LAST
 
 
 def iso(instant: datetime) -> str:
