@@ -444,7 +444,14 @@ def _post(client: EngineClient, record: Record, key: str, keeps_times: bool) -> 
         for field in named:
             if getattr(record, field):
                 body[field] = getattr(record, field)
-        return client.create_note_job(body, idempotency_key=key)
+        # The first note of a text in its collection takes the key that makes kb_addnote refuse that text again,
+        # as kb_addnote's own note would have (a note sent without unique_in holds none, docs/engine-api.md).
+        # Another with the same text is a record of its own and comes back too: an answer that queued nothing
+        # keeps no Idempotency-Key, so it is sent again under the same key without the check.
+        if record.collection is None:  # in no collection: nothing kb_addnote checks
+            return client.create_note_job(body, idempotency_key=key)
+        answer = client.create_note_job({**body, "unique_in": collection_tags.tag_for(record.collection)}, key)
+        return answer if "duplicate_of" not in answer else client.create_note_job(body, idempotency_key=key)
     data = record.data
     fields = [("tags", json.dumps(tags)), ("priority", "bulk")]
     fields += [(name, getattr(record, name)) for name in named if getattr(record, name)]

@@ -691,6 +691,28 @@ def test_export_with_history_and_import_bring_a_notes_versions_back(tmp_path: Pa
             engine.stop()
 
 
+def test_an_imported_note_refuses_its_text_again_as_an_added_one_does(text_only_engine: Service,
+                                                                     tmp_path: Path) -> None:
+    """Memory restored from an export keeps kb_addnote's promise: the same text is not added to its collection
+    again (an imported note held no duplicate key, so an agent's add made a second note). Two records sharing a
+    text both come back, as every record does."""
+    collection = f"dedupe-{SUFFIX}"
+    text = f"Avocets sweep their bills through the mud {SUFFIX}."
+    export_file = tmp_path / "dupes.jsonl"
+    export_file.write_text("".join(json.dumps(note_record(collection, n, text)) + "\n" for n in (1, 2)))
+    imported = kb(text_only_engine, "import", str(export_file), "--json")
+    assert imported.returncode == 0 and json.loads(imported.stdout)["added"] == 2, imported.stdout + imported.stderr
+    stored = {doc["id"] for doc in documents_in(text_only_engine, collection)}
+    assert len(stored) == 2
+
+    again = kb(text_only_engine, "add", f"  {text}\n", "--collection", collection, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["duplicate_of"] in stored
+    assert {doc["id"] for doc in documents_in(text_only_engine, collection)} == stored
+    elsewhere = kb(text_only_engine, "add", text, "--collection", f"{collection}-b", "--json")
+    assert json.loads(elsewhere.stdout)["duplicate_of"] is None  # another collection's text never blocks
+
+
 def test_a_rerun_gives_a_note_stored_without_its_history_the_history(text_only_engine: Service, tmp_path: Path) -> None:
     """A run stopped while a note's job was queued (or whose history PUT failed) leaves the note stored without
     its history; the rerun, which finds the note stored, restores it, or says why it cannot."""
