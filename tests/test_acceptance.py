@@ -91,6 +91,19 @@ async def test_addnote_default_collection_is_documents_and_returns_job_id(client
                                          "tags": [], "duplicate_of": None, "similar": []}
 
 
+async def test_a_duplicate_answers_the_tags_of_the_note_that_has_the_text_not_the_calls(
+        client: Client, engine: responses.RequestsMock) -> None:
+    """Nothing of a duplicate call is stored: the answer named this call's tags as the existing note's ("document
+    #42 in collection memory, tags: urgent already has this text"), so an agent took them as set."""
+    engine.post(f"{API}/jobs", status=200, json={**job(id=4, status="done", document_id=42), "duplicate_of": 42})
+    engine.get(f"{API}/documents/42", json=document(42, tags=["collection:memory", "old"]))
+    result = await client.call_tool("kb_addnote", {"text": "User prefers tea", "collection": "memory",
+                                                   "tags": ["urgent"]})
+    assert result.structured_content["duplicate_of"] == 42 and result.structured_content["tags"] == ["old"]
+    text = result.content[0].text
+    assert "urgent" not in text and "tags: old" in text and "not applied" in text
+
+
 async def test_addnote_to_specific_collection_with_tags(client: Client, engine: responses.RequestsMock) -> None:
     engine.post(f"{API}/jobs", status=202, json=job())
     args = {"text": "User prefers concise responses", "collection": "memory", "tags": ["feedback"]}

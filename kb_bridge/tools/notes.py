@@ -77,11 +77,23 @@ def addnote(ctx: ToolContext, args: AddNoteArguments) -> Result:
         "status": job["status"],
         "document_id": job["document_id"],
         "collection": collection,
-        "tags": user_tags,
+        "tags": _held_tags(ctx, job["document_id"]) if duplicate else user_tags,
         "duplicate_of": job["document_id"] if duplicate else None,
         # Near matches are other notes' titles and text: reading, which kb:write alone does not grant.
         "similar": [] if duplicate or not ctx.principal.can(READ) else similar_notes(ctx, args.text, collection, job["document_id"]),
     }
+
+
+def _held_tags(ctx: ToolContext, document_id: int | None) -> list[str]:
+    """The tags of the note that already has a duplicate's text: this call's tags were not added to it, so the
+    answer must not say it carries them (an agent would take them as set). None while its job has not stored
+    it, or once it is gone."""
+    if document_id is None:
+        return []
+    try:
+        return list(shapes.document(reach.visible_document(ctx.engine, ctx.principal, document_id))["tags"])
+    except NotFound:
+        return []
 
 
 def update_note(ctx: ToolContext, args: UpdateNoteArguments) -> Result:
@@ -165,8 +177,8 @@ def render_addnote(result: Result) -> str:
     tags = ", ".join(result["tags"]) or "-"
     where = f"in collection {result['collection']}, tags: {tags}"
     if result["duplicate_of"] is not None:
-        return (f"Not added: document #{result['duplicate_of']} {where} already has this text. "
-                "Change it with kb_update_note, or pass allow_duplicate.")
+        return (f"Not added: document #{result['duplicate_of']} {where} already has this text; this call's "
+                "title and tags were not applied. Change it with kb_update_note, or pass allow_duplicate.")
     if result["status"] == "done":
         text = f"Note saved and indexed as document #{result['document_id']} {where}."
     else:
