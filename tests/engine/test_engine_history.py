@@ -45,6 +45,30 @@ def test_every_text_or_title_change_keeps_the_version_it_replaces(client: FlaskC
     assert client.get(f"{API}/documents/{note['id']}?version=x").status_code == 422
 
 
+def test_an_update_that_changes_nothing_makes_no_version(make_app: Callable[..., flask.Flask]) -> None:
+    """A text and title equal to the note's are no change: each such PATCH made a version, so repeating an update
+    (kb_update_note is idempotent) pushed the real earlier versions out of the kept ones and marked the note
+    updated."""
+    client = make_app(keep_versions=2).test_client()
+    note = add_note(client, "the boiler is serviced in May", changed_by="alice")
+    changed = _patch(client, note["id"], text="the boiler is serviced in June", changed_by="bob")
+    for _ in range(3):
+        again = _patch(client, note["id"], text="the boiler is serviced in June", changed_by="carol")
+        assert (again["version"], again["updated_at"], again["changed_by"]) == (2, changed["updated_at"], "bob")
+        assert "content" not in again and "chunks" not in again
+    assert _patch(client, note["id"], title=changed["title"])["version"] == 2
+    listed = client.get(f"{API}/documents/{note['id']}/versions").json["versions"]
+    assert [v["version"] for v in listed] == [2, 1]
+    first = client.get(f"{API}/documents/{note['id']}?version=1").json
+    assert first["content"] == "the boiler is serviced in May"
+    # A condition still holds to the version: a stale one is refused even when nothing would change.
+    stale = client.patch(f"{API}/notes/{note['id']}", json={"text": "the boiler is serviced in June"},
+                         headers={"If-Match": '"1"'})
+    assert stale.status_code == 412
+    # Whitespace is a change of the text (only the duplicate check normalises it).
+    assert _patch(client, note["id"], text="the boiler is serviced in June ")["version"] == 3
+
+
 def test_a_note_moved_in_place_keeps_the_version_it_replaces(client: FlaskClient) -> None:
     note = add_note(client, "the spare key is under the blue pot", changed_by="alice")
     moved = client.patch(f"{API}/documents/{note['id']}", json={"source_path": "keys.md"}).json

@@ -99,6 +99,10 @@ class Indexer:
                 new_title = title if title is not None else str(current["title"])
                 if title is None and text is not None and current["title"] == derive_title(str(current["content"])):
                     new_title = derive_title(text)  # the title was derived from the old text: derive it anew
+                if new_text == current["content"] and new_title == current["title"]:
+                    # Nothing changes, so no version: a repeated update (kb_update_note is idempotent) would
+                    # otherwise push a real earlier version out of the kept ones and mark the note updated.
+                    return {k: v for k, v in current.items() if k not in ("content", "chunks")}
                 prepared = self.prepare(new_title, new_text, "note")
                 guard = if_match if text is not None and title is not None else {str(current["version"])}
                 try:
