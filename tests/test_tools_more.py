@@ -68,7 +68,7 @@ async def test_list_filters_and_paginates_with_a_cursor(client: Client, engine: 
     params = query(engine.calls[0])
     assert params["tag"] == ["collection:memory", "a"] and params["doc_type"] == ["note"]
     # One more than a page: whether it comes says whether another page follows.
-    assert params["updated_since"] == ["2026-01-01"] and params["limit"] == ["3"] and params["offset"] == ["0"]
+    assert params["updated_since"] == ["2026-01-01T00:00:00.000Z"] and params["limit"] == ["3"] and params["offset"] == ["0"]
     assert [d["id"] for d in first.structured_content["documents"]] == [9, 8]
     cursor = first.structured_content["next_cursor"]
     assert cursor and first.structured_content["total"] == 3
@@ -77,13 +77,28 @@ async def test_list_filters_and_paginates_with_a_cursor(client: Client, engine: 
     assert second.structured_content["next_cursor"] is None
 
 
+@pytest.mark.parametrize(("given", "sent"), [
+    ("2026-04-01T09:30:00+02:00", "2026-04-01T07:30:00.000Z"),
+    ("2026-04-01T09:30:57.2485Z", "2026-04-01T09:30:57.249Z"),  # rounded up to the stored milliseconds, as since
+    # Past the years 0001-9999 in UTC: the engine refused it without naming the field (its 422, "field": "").
+    ("0001-01-01T00:00:00+14:00", "0001-01-01T00:00:00.000Z"),
+    ("9999-12-31T23:59:59-14:00", "9999-12-31T23:59:59.999Z"),
+])
+async def test_updated_since_is_read_as_since_is(client: Client, engine: responses.RequestsMock, given: str,
+                                                 sent: str) -> None:
+    engine.get(f"{API}/documents", json={"documents": [], "total": 0})
+    result = await client.call_tool("kb_list", {"updated_since": given})
+    assert not result.is_error, result.content
+    assert query(engine.calls[0])["updated_since"] == [sent]
+
+
 def _cursor(data: object) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
 @pytest.mark.parametrize(("arguments", "field"), [
     ({"cursor": "garbage!"}, "cursor"), ({"updated_since": "yesterday"}, "updated_since"),
-    ({"updated_since": "2026-13-45"}, "updated_since"),
+    ({"updated_since": "2026-13-45"}, "updated_since"), ({"updated_since": "7d"}, "updated_since"),
     # Cursors that look like ours but are not: forged keys, an offset of the wrong kind, two positions at once.
     ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z", 0]})}, "cursor"),
     ({"cursor": _cursor({"k": ["2026-04-05T08:00:00+02:00", 5]})}, "cursor"),
