@@ -10,6 +10,7 @@ import flask
 import pytest
 from flask.testing import FlaskClient
 
+from kb_bridge.local_engine.app import engine_of
 from kb_bridge.testing.engine_app import API, add_note, error_code, upload, wait_job
 
 pytestmark = pytest.mark.both_stores
@@ -67,6 +68,37 @@ def test_an_update_that_changes_nothing_makes_no_version(make_app: Callable[...,
     assert stale.status_code == 412
     # Whitespace is a change of the text (only the duplicate check normalises it).
     assert _patch(client, note["id"], text="the boiler is serviced in June ")["version"] == 3
+
+
+@pytest.mark.parametrize("write", ["text", "move"])
+def test_a_write_answers_the_version_it_made_not_one_made_after_it(
+        app: flask.Flask, monkeypatch: pytest.MonkeyPatch, write: str) -> None:
+    """Another writer's change landing between a write's commit and its answer (another replica, another
+    thread) was answered as the write's own: the client took that version for its own and sent it as If-Match
+    next, writing over a change it never saw. The hook lands a tag change just after the write commits."""
+    client = app.test_client()
+    note = add_note(client, "the gate code is 1234")
+    indexes = engine_of(app).store.indexes
+    catch_up = indexes.catch_up
+
+    def another_writer_lands() -> None:
+        monkeypatch.setattr(indexes, "catch_up", catch_up)
+        catch_up()
+        engine_of(app).store.add_tags(note["id"], ["landed-meanwhile"], "2026-11-28T00:00:00.000Z")
+
+    monkeypatch.setattr(indexes, "catch_up", another_writer_lands)
+    if write == "text":
+        answer = client.patch(f"{API}/notes/{note['id']}", json={"text": "the gate code is 5678"})
+    else:
+        answer = client.patch(f"{API}/documents/{note['id']}", json={"source_path": "gate.md"})
+    assert answer.status_code == 200, answer.json
+    assert answer.json["version"] == 2 and "landed-meanwhile" not in answer.json["tags"]
+    assert answer.headers.get("ETag") in (None, '"2"')
+    now = client.get(f"{API}/documents/{note['id']}").json
+    assert now["version"] == 3 and "landed-meanwhile" in now["tags"]
+    # The answered version, sent back, finds the change made since.
+    stale = client.patch(f"{API}/notes/{note['id']}", json={"text": "the gate code is 0000"}, headers={"If-Match": '"2"'})
+    assert stale.status_code == 412
 
 
 def test_a_note_moved_in_place_keeps_the_version_it_replaces(client: FlaskClient) -> None:

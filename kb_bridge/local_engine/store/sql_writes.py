@@ -48,7 +48,11 @@ class SqlWrites:
 
     @contextlib.contextmanager
     def _changing(self) -> Iterator[Any]:
-        """A write transaction after which the derived indexes catch up (so it returns searchable)."""
+        """A write transaction after which the derived indexes catch up (so it returns searchable).
+
+        A write answers the document as it left it, read in its transaction: read once the lock is let go, it
+        could name a version another writer made meanwhile, which a client takes for its own and sends as
+        If-Match, writing over a change it never saw."""
         with self._write_lock:
             with self.db.write() as conn:
                 yield conn
@@ -73,7 +77,8 @@ class SqlWrites:
             self.sql_documents.store_vectors(conn, chunk_ids, chunks.vectors)
             self.sql_jobs.record_finished_update(conn, doc_id, now)
             self._rekey(conn, doc_id, text_key=note_text_key(text))
-        return self.get_document(doc_id)
+            written: JSON = self.sql_documents.get_document(conn, doc_id)
+        return written
 
     def move_document(self, doc_id: int, source_path: str | None, title: str | None,
                       if_match: Collection[str] | None, now: str) -> JSON:
@@ -83,7 +88,8 @@ class SqlWrites:
             if row["doc_type"] == "note":  # a move always raises the version: the one it replaces is kept
                 self._keep_current(conn, doc_id)
             self.sql_documents.move_document(conn, doc_id, source_path, title, now)
-        return self.get_document(doc_id)
+            written: JSON = self.sql_documents.get_document(conn, doc_id)
+        return written
 
     def restore_versions(self, doc_id: int, versions: Sequence[Mapping[str, Any]]) -> JSON:
         with self.db.write() as conn:
