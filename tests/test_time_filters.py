@@ -45,6 +45,8 @@ APPLIED = {"time_filters": {}}
     ("0001-01-01T00:00+14:00", "9999-12-31T23:59-14:00", "created",
      {"created_after": "0001-01-01T00:00:00.000Z", "created_before": "9999-12-31T23:59:59.999Z"}),
     ("9999-12-31T23:59:59-00:01", None, "updated", {"updated_after": "9999-12-31T23:59:59.999Z"}),
+    # RFC 3339 (5.6) lets T and Z be lower case; they were refused.
+    ("2026-04-01t09:30:00z", None, "created", {"created_after": "2026-04-01T09:30:00.000Z"}),
 ])
 def test_since_and_until_become_the_engines_bounds(since: str | None, until: str | None, field: str,
                                                     expected: dict[str, str]) -> None:

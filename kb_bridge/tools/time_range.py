@@ -40,8 +40,9 @@ def moment(value: str, field: str, now: datetime, end_of_day: bool = False) -> d
             if not end_of_day:
                 return day
             return day + timedelta(days=1) if day.date() < date.max else LAST
-        if _DATE_TIME.fullmatch(text):
-            found = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        stamp = text.upper()  # RFC 3339 (5.6) allows a lower-case T and Z
+        if _DATE_TIME.fullmatch(stamp):
+            found = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
             return _utc(found) if found.tzinfo is not None else found.replace(tzinfo=timezone.utc)
     except (ValueError, OverflowError):
         raise InvalidArgument(field, f"{value[:60]!r} is not a real date, time or span") from None
