@@ -185,3 +185,27 @@ async def test_a_rule_tools_list_leaves_out_is_still_enforced(client: Client, en
     assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
     assert result.structured_content["error"]["field"] == field
     assert not engine.calls
+
+
+# Python's `$` also matches before a final newline, ECMA-262's (JSON Schema's) does not: each of these took a value
+# ending in one, which went on to the engine (a title or path stored with it, a collection the engine then refused
+# with no field named).
+ENDING_IN_A_NEWLINE = [
+    ("kb_addnote", {"text": "ok", "title": "Title\n"}, "title"),
+    ("kb_addnote", {"text": "ok", "tags": ["urgent\n"]}, "tags[0]"),
+    ("kb_addnote", {"text": "ok", "source_path": "notes/a.md\n"}, "source_path"),
+    ("kb_addnote", {"text": "ok", "collection": "memory\n"}, "collection"),
+    ("kb_update_note", {"document_id": 42, "title": "Title\n"}, "title"),
+    ("kb_search", {"query": "x", "doc_type": "note\n"}, "doc_type"),
+    ("kb_list", {"collection": "memory\n"}, "collection"),
+    ("kb_upload_chunk", {"upload_id": "u" * 32, "data": "QQ==", "chunk_index": 0, "sha256": "a" * 64 + "\n"}, "sha256"),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "field"), ENDING_IN_A_NEWLINE, ids=lambda v: v if isinstance(v, str) else "")
+async def test_a_pattern_anchored_at_the_end_refuses_a_final_newline(client: Client, engine: responses.RequestsMock,
+                                                                     name: str, arguments: dict, field: str) -> None:
+    result = await client.call_tool(name, arguments)
+    assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert result.structured_content["error"]["field"] == field
+    assert not engine.calls

@@ -7,11 +7,12 @@ costs no more than finding its first fault. Messages never echo the offending va
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from kb_bridge import json_values
@@ -28,6 +29,24 @@ _TYPE_NAMES = {
 }
 
 
+def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    """`pattern` as JSON Schema means it (ECMA-262, no flags), where `$` is the end of the string. Python's `$`
+    also matches before a final newline, and jsonschema's own `pattern` uses it as is: every pattern anchored so
+    took a value ending in one ("memory\\n" as a collection name, a title or tag ending in a newline as text
+    without control characters), and the newline went on to the engine and into stored titles."""
+    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
+        yield ValidationError(f"does not match {pattern!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    # A final unescaped `$` is the only one the tools' patterns hold (tools/arguments.py): there it is `\Z`.
+    return re.compile(re.sub(r"(?<!\\)\$$", r"\\Z", pattern))
+
+
+_Validator = validators.extend(Draft202012Validator, {"pattern": _ecma_pattern})
+
+
 class ArgumentValidator:
     """Validates the arguments of one tool."""
 
@@ -35,7 +54,7 @@ class ArgumentValidator:
         """`rules` says in words what a `pattern` means ("1-64 lower-case letters, …"): a value that breaks a
         patterned field's pattern or length is told that rule rather than "not allowed"."""
         Draft202012Validator.check_schema(schema)
-        self._validator = Draft202012Validator(schema)
+        self._validator = _Validator(schema)
         self._known = sorted(schema.get("properties", {}))
         self._rules = dict(rules or {})
 
