@@ -209,3 +209,20 @@ async def test_a_pattern_anchored_at_the_end_refuses_a_final_newline(client: Cli
     assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
     assert result.structured_content["error"]["field"] == field
     assert not engine.calls
+
+
+@pytest.mark.parametrize(("arguments", "field", "words"), [
+    ({"text": "ok", "title": "t" * 501}, "title", "must be at most 500 characters long"),
+    ({"text": "ok", "tags": ["t" * 201]}, "tags[0]", "must be at most 200 characters long"),
+    ({"text": "ok", "source_path": "p" * 1025}, "source_path", "must be at most 1024 characters long"),
+    ({"text": "ok", "title": ""}, "title", "must not be empty"),
+    ({"text": "ok", "collection": "x" * 65}, "collection", "must be a collection name of 1-64 characters"),
+])
+def test_a_length_error_is_told_the_length_unless_the_rule_states_it(arguments: dict, field: str, words: str) -> None:
+    # Titles, tags and paths share the rule "text without control characters", which says nothing of their lengths:
+    # a 501-character title was told that rule, and never learnt the cap.
+    addnote = next(t for t in tools.ALL_TOOLS if t.name == "kb_addnote")
+    with pytest.raises(InvalidArgument) as caught:
+        addnote.parse(arguments)  # with the rules in words (tools/arguments.py PATTERN_RULES)
+    assert caught.value.details["field"] == field
+    assert caught.value.message.startswith(f"{field}: {words}"), caught.value.message

@@ -83,7 +83,11 @@ class ArgumentValidator:
             return _join(field, name), f"is not an argument of this tool (expected: {', '.join(self._known)})"
         subschema = error.schema if isinstance(error.schema, Mapping) else {}
         rule = self._rules.get(str(subschema.get("pattern")))
-        if rule is not None and keyword in ("pattern", "maxLength", "minLength"):
+        # A length error is told the rule only when the rule states that length (a collection name's "1-64
+        # characters"): one pattern serves fields of several lengths (titles 500, tags 200), whose rule says
+        # nothing of them, and a 501-character title was told "must be text without control characters".
+        if rule is not None and (keyword == "pattern" or (keyword in ("maxLength", "minLength")
+                                                          and re.search(rf"\b{expected}\b", rule))):
             return field or "arguments", f"must be {rule}"
         return field or "arguments", _problem(keyword, expected)
 
