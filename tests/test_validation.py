@@ -226,3 +226,32 @@ def test_a_length_error_is_told_the_length_unless_the_rule_states_it(arguments: 
         addnote.parse(arguments)  # with the rules in words (tools/arguments.py PATTERN_RULES)
     assert caught.value.details["field"] == field
     assert caught.value.message.startswith(f"{field}: {words}"), caught.value.message
+
+
+# Only white space (str.isspace: an ideographic space too) passed the bridge; the engine refused it, and the agent
+# got VALIDATION_ERROR with an empty `field` ("the engine rejected the request: title must not be empty").
+ONLY_WHITE_SPACE = [
+    ("kb_addnote", {"text": " \n\t "}, "text"),
+    ("kb_addnote", {"text": "\u3000"}, "text"),
+    ("kb_addnote", {"text": "ok", "title": "  "}, "title"),
+    ("kb_addnote", {"text": "ok", "tags": ["fine", " "]}, "tags[1]"),
+    ("kb_addnote", {"text": "ok", "source_path": " "}, "source_path"),
+    ("kb_update_note", {"document_id": 42, "text": "\u2003"}, "text"),
+    ("kb_search", {"query": "  "}, "query"),
+    ("kb_list", {"source_path": " "}, "source_path"),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "field"), ONLY_WHITE_SPACE, ids=lambda v: v if isinstance(v, str) else "")
+async def test_only_white_space_is_refused_naming_the_field(client: Client, engine: responses.RequestsMock,
+                                                            name: str, arguments: dict, field: str) -> None:
+    result = await client.call_tool(name, arguments)
+    assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert result.structured_content["error"]["field"] == field
+    assert not engine.calls
+
+
+async def test_white_space_inside_text_and_a_zero_width_space_are_text(client: Client, engine: responses.RequestsMock) -> None:
+    engine.post(f"{API}/search", json={"query": "x", "mode": "fts", "results": []})
+    assert not (await client.call_tool("kb_search", {"query": " a b ", "tags": [" a b "]})).is_error
+    assert not (await client.call_tool("kb_search", {"query": "\u200b"})).is_error

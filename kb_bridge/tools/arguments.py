@@ -25,8 +25,12 @@ from kb_bridge import collection_tags
 from kb_bridge.tools.validation import ArgumentValidator
 
 # Printable text without control characters (tags, titles, paths end up in headers and logs): the rule of
-# tags, which the bridge also checks outside the tools (collection_tags.check_tag).
-_NO_CONTROL = collection_tags.TAG_PATTERN
+# tags, which the bridge also checks outside the tools (collection_tags.check_tag); in the tools also not only
+# white space (as str.isspace has it: `\s` of Python's re), which the engine refuses (`title must not be empty`),
+# and then with no field named.
+_CONTROL = r"\x00-\x1f\x7f"  # collection_tags.TAG_PATTERN's
+_TEXT = rf"^[^{_CONTROL}]*[^{_CONTROL}\s][^{_CONTROL}]*$"
+_NOT_BLANK = r"\S"  # a note's text and a query: anything, but not only white space
 
 _DOC_TYPE_PATTERN = r"^[a-z0-9]+$"
 SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
@@ -34,14 +38,15 @@ SHA256_PATTERN = "^[0-9a-fA-F]{64}$"
 # What each pattern means, in words: a value that breaks one is told the rule (tools/validation.py).
 PATTERN_RULES = {
     collection_tags.NAME_PATTERN: f"a collection name of {collection_tags.NAME_RULE}",
-    _NO_CONTROL: "text without control characters (no newlines or tabs)",
+    _TEXT: "text without control characters (no newlines or tabs), and not only spaces",
+    _NOT_BLANK: "text with more than white space",
     _DOC_TYPE_PATTERN: "a file type in lower-case letters and digits, e.g. note, md, pdf",
     SHA256_PATTERN: "a sha256 digest: 64 hexadecimal digits",
 }
 
-QUERY = {"type": "string", "minLength": 1, "maxLength": 4000}
+QUERY = {"type": "string", "minLength": 1, "maxLength": 4000, "pattern": _NOT_BLANK}
 TOP = {"type": "integer", "minimum": 1, "maximum": 50}
-TAG = {"type": "string", "minLength": 1, "maxLength": collection_tags.TAG_MAX_LENGTH, "pattern": _NO_CONTROL}
+TAG = {"type": "string", "minLength": 1, "maxLength": collection_tags.TAG_MAX_LENGTH, "pattern": _TEXT}
 TAGS = {"type": "array", "maxItems": 20, "items": TAG}
 COLLECTION = {"type": "string", "maxLength": 64, "pattern": collection_tags.NAME_PATTERN}
 DOC_TYPE = {"type": "string", "maxLength": 20, "pattern": _DOC_TYPE_PATTERN}
@@ -51,9 +56,9 @@ DOCUMENT_ID = {"type": "integer", "minimum": 1, "maximum": LARGEST_ID}
 # A note's version number: the engine counts versions in 32 bits (PostgreSQL INTEGER) and refuses a version
 # path beyond this, so no larger one can be asked for or expected.
 VERSION = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
-NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}
-TITLE = {"type": "string", "minLength": 1, "maxLength": 500, "pattern": _NO_CONTROL}
-SOURCE_PATH = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": _NO_CONTROL}
+NOTE_TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000, "pattern": _NOT_BLANK}
+TITLE = {"type": "string", "minLength": 1, "maxLength": 500, "pattern": _TEXT}
+SOURCE_PATH = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": _TEXT}
 MODE = {"type": "string", "enum": ["hybrid", "fts", "vector"]}
 JOB_STATUS = {"type": "string", "enum": ["queued", "running", "done", "failed", "cancelled"]}
 BOOLEAN = {"type": "boolean"}
