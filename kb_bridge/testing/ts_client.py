@@ -44,4 +44,6 @@ def run(node: str, transport: dict[str, Any], plan: list[Step], tmp: Path) -> li
     path.write_text(json.dumps({"transport": transport, "steps": [step.plan() for step in plan]}))
     done = subprocess.run([node, str(TS / "client.mjs"), str(path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    # One line per step, split at "\n" only: JSON.stringify writes U+2028, U+2029 and U+0085 raw, which
+    # str.splitlines would take for line ends inside a result holding them.
+    return [json.loads(line) for line in done.stdout.split("\n") if line]

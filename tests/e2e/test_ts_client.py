@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kb_bridge.testing.mcp_http import modern_call
 from kb_bridge.testing.processes import Service, clean_env, start_bridge
 from kb_bridge.testing.processes import ENGINE_KEY
 from kb_bridge.testing.schema_rules import findings
@@ -142,6 +143,39 @@ def test_typescript_client_over_stdio(node: str, engine: Service, tmp_path: Path
     outputs = run(node, transport, plan, tmp_path)
     check(plan, outputs)
     check_listing(outputs)
+
+
+# Stored text that odd clients trip on: characters beyond the BMP (two UTF-16 units each, one code point), a
+# family emoji joined by ZWJ, flags, combining marks, right-to-left text and its override, zero-width characters,
+# and the line separators JSON.stringify writes raw (U+2028, U+2029, U+0085).
+ODD = ("\U0001d518\U0001d52b\U0001d526 \U0001f600 \U0001f468\u200d\U0001f469\u200d\U0001f467 \U0001f1e9\U0001f1ea "
+       "e\u0301\u0323 \u05e9\u05dc\u05d5\u05dd \u202eevil\u202c \u200bzero\u200dwidth\ufeff line\u2028sep para\u2029sep "
+       "next\u0085line. The egret wades. ")
+
+
+def test_typescript_client_accepts_every_result_over_odd_stored_text(node: str, bridge: Service, tmp_path: Path) -> None:
+    """The TypeScript SDK client checks each result's structuredContent against the tool's outputSchema: results
+    carrying such text pass it in every tool that returns stored text, and a snippet's offsets count code points
+    (docs/engine-api.md, "Chunk"), which a JavaScript string, in UTF-16 units, does not."""
+    added = modern_call(bridge.url, TOKEN, "kb_addnote", {"text": ODD, "title": "\U0001f600 odd \u202etitle",
+                                                         "tags": ["\U0001f426" * 200], "collection": "odd", "wait": True})
+    note = added["result"]["structuredContent"]["document_id"]  # type: ignore[index]
+    assert isinstance(note, int), added
+    plan = [tool("kb_search", {"query": "egret", "mode": mode, "collection": "odd"}) for mode in ("hybrid", "fts", "vector")]
+    plan += [tool("kb_get", {"document_id": note}), tool("kb_get", {"document_id": note, "version": 1}),
+             tool("kb_list", {"collection": "odd"}), tool("kb_related", {"document_id": note, "context": True}),
+             tool("kb_collections", {"name": "odd"}), tool("kb_jobs", {"limit": 5}), Step("listResources"),
+             Step("readResource", {"uri": f"kb://document/{note}"}), Step("readResource", {"uri": "kb://collection/odd"})]
+    outputs = run(node, {"kind": "http", "url": bridge.url + "/mcp", "token": TOKEN}, plan, tmp_path)
+    check(plan, outputs)
+    assert ODD in outputs[3]["result"]["structuredContent"]["documents"][0]["content"]
+    [hit] = [h for h in outputs[1]["result"]["structuredContent"]["results"] if h["document_id"] == note][:1]
+    snippet = hit["snippet"]
+    start, end = snippet["highlights"][0]
+    assert snippet["text"][start:end] == "egret"  # code points: Python indexes strings so
+    assert hit["text"][snippet["start"]:snippet["start"] + len(snippet["text"])] == snippet["text"]
+    in_utf16 = len(snippet["text"][:start].encode("utf-16-le")) // 2
+    assert in_utf16 > start  # what a JavaScript client must convert from (Array.from(text), codePointAt)
 
 
 def test_the_plan_covers_every_tool_with_a_success_and_an_error() -> None:
