@@ -167,6 +167,8 @@ def test_a_notes_derived_title_follows_its_text_and_a_given_one_stays(client: Fl
     derived = add_note(client, "\n## First line\nsecond")
     assert derived["title"] == "First line"
     assert add_note(client, "x" * 100)["title"] == "x" * 79 + "…"
+    # Control characters are no part of a title (a title given to the bridge may hold none): each run is a space.
+    assert add_note(client, "\x1b[31mHeron\x1b[0m\tred\x7f\x01wing\nsecond")["title"] == "[31mHeron [0m red wing"
     updated = client.patch(f"{API}/notes/{derived['id']}", json={"text": "Other line\nmore"}).json
     assert updated["title"] == "Other line"
     given = add_note(client, "Plain text\nbody", title="Mine")
