@@ -606,3 +606,28 @@ async def test_status_text_is_a_short_summary_for_people(client: Client, engine:
     assert "engine 3.2.0" in text and "kb-bridge " in text and "all-MiniLM-L6-v2 on cpu" in text
     assert "10 (4 notes, 6 files), 130 chunks" in text
     assert "2 queued, 1 running, 12 done, 1 failed" in text
+
+
+def test_a_merged_offset_cursor_of_a_token_with_many_collections_is_taken_back(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """Against an engine before 3.14 a token limited to several collections pages with one offset per collection,
+    so its cursor grows with their names: kb_list must take back every cursor it returns (it refused those of
+    more than 200 characters, 8 collections of 10-character names)."""
+    from kb_bridge.tools import registry
+
+    names = [f"collection{i}" for i in range(12)]
+    listing = Listing(engine, keyset=False)
+    for ident, name in enumerate(names * 2, start=1):
+        listing.add(ident, name)
+    many = Principal("many", collections=frozenset(names), kind="token")
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=many)
+    seen: list[int] = []
+    arguments: dict[str, object] = {"limit": 5}
+    while True:
+        page = registry.call(ctx, "kb_list", arguments)
+        seen += [d["id"] for d in page["documents"]]
+        if page["next_cursor"] is None:
+            break
+        assert len(page["next_cursor"]) > 200
+        arguments["cursor"] = page["next_cursor"]
+    assert sorted(seen) == list(range(1, 25))

@@ -168,7 +168,7 @@ ADVERTISED_BUT_REFUSED = [
     ("kb_get", {"document_id": 2**60}, "document_id"),
     ("kb_upload_chunk", {"upload_id": "u" * 32, "data": "QQ==", "chunk_index": 0, "sha256": "zz"}, "sha256"),
     ("kb_upload_start", {"filename": "", "total_size": 1}, "filename"),
-    ("kb_list", {"cursor": "c" * 201}, "cursor"),
+    ("kb_list", {"cursor": "c" * 20_001}, "cursor"),
     ("kb_update_note", {"document_id": 42, "text": "x", "expected_version": 10**40}, "expected_version"),
     ("kb_get", {"document_id": 42, "version": 2**31}, "version"),
 ]

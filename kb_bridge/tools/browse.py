@@ -36,6 +36,9 @@ COLLECTIONS_OUTPUT = shapes.result({"collections": {"type": "array", "items": CO
 
 
 
+CURSOR_CHARS = 20_000  # a merged offset cursor of 170 collections of the longest names
+
+
 @dataclass(frozen=True, kw_only=True)
 class ListArguments:
     collection: str | None = a.field(a.COLLECTION, default=None)
@@ -47,7 +50,10 @@ class ListArguments:
     until: str | None = a.field(a.TIME, default=None, description=a.UNTIL_HELP)
     time_field: str = a.field(a.TIME_FIELD, default="created")
     limit: int = a.field(a.PAGE_LIMIT, default=20)
-    cursor: str | None = a.field({"type": "string", "maxLength": 200}, default=None)
+    # As long as the cursors kb_list returns: a key cursor is about 100 characters, but against an engine before 3.14
+    # a token limited to several collections gets one offset per collection (about 116 characters each at the
+    # longest names), and 200 refused the bridge's own cursor from 8 collections of 10-character names on.
+    cursor: str | None = a.field({"type": "string", "maxLength": CURSOR_CHARS}, default=None)
 
 
 LIST_OUTPUT = shapes.result(
