@@ -210,3 +210,13 @@ def test_the_prompts_largest_chunk_id_is_the_tools() -> None:
     from kb_bridge.tools.arguments import DOCUMENT_ID
 
     assert _MAX_CHUNK_ID == DOCUMENT_ID["maximum"]
+
+
+async def test_a_title_cannot_make_a_link_of_its_own_in_a_listing(client: Client, engine: responses.RequestsMock) -> None:
+    """A listing's Markdown is the bridge's: a stored title is the text of the link to its document, whatever it
+    holds (a title written to the engine directly may hold brackets and line breaks)."""
+    title = "Pay here](https://example.invalid) [x\n# Heading"
+    engine.get(f"{API}/documents", json={"documents": [document(3, title=title)], "total": 1})
+    text = (await client.read_resource("kb://collection/memory")).contents[0].text
+    assert "Pay here](" not in text  # the link it made before
+    assert r"- [Pay here\](https://example.invalid) \[x # Heading](kb://document/3)" in text

@@ -10,6 +10,7 @@ No `mcp` import here: protocol/content.py adapts these to the protocol.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -141,5 +142,12 @@ def listing(engine: EngineClient, principal: Principal, heading: str, collection
     lines = [f"# {heading}", "", f"{total} document(s), newest update first" + (f" (first {len(docs)} shown)" if total > len(docs) else "") + ":", ""]
     for d in docs:
         title = d["title"] or d["source_path"] or f"document {d['id']}"
-        lines.append(f"- [{title}]({document_uri(d['id'])}) · {d['doc_type'] or '?'} · updated {d['updated_at'] or '?'}")
+        lines.append(f"- [{_link_text(title)}]({document_uri(d['id'])}) · {d['doc_type'] or '?'} · updated {d['updated_at'] or '?'}")
     return "\n".join(lines) + "\n"
+
+
+def _link_text(title: str) -> str:
+    """A stored title as a Markdown link's text: its brackets and backslashes escaped and its line breaks made
+    spaces, so that a title such as `Pay here](https://example.invalid) [x` stays text in the link to its document
+    instead of making a link of its own in a listing the bridge writes."""
+    return re.sub(r"([\\\[\]])", r"\\\1", " ".join(title.splitlines()))
