@@ -9,6 +9,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 
 from kb_bridge.testing.fake_engine import API
+from kb_bridge.tools import cursors
 from kb_bridge.testing.fake_engine import chunk, document
 
 pytestmark = pytest.mark.anyio
@@ -51,6 +52,18 @@ async def test_every_list_answers_a_cursor_it_never_returned_with_invalid_params
     assert caught.value.error.message.startswith("cursor: is not a cursor this server returned")
     assert caught.value.error.data["field"] == "cursor"
     assert len(engine.calls) == 0  # refused before the engine is asked (resources/list) or with no engine (the rest)
+
+
+async def test_resources_list_refuses_the_cursor_of_a_filtered_kb_list(client: Client, engine: responses.RequestsMock) -> None:
+    # resources/list lists everything the caller sees: a kb_list cursor of one collection's listing went on there.
+    filtered = cursors.encode(cursors.Key("2026-04-05T08:00:00.000Z", 5), {"collection": "memory"})
+    with pytest.raises(MCPError) as caught:
+        await client.list_resources(cursor=filtered)
+    assert caught.value.error.code == -32602 and caught.value.error.data["field"] == "cursor"
+    assert len(engine.calls) == 0
+    engine.get(f"{API}/documents", json={"documents": [document(4)], "total": 1, "after": "x"})
+    unfiltered = cursors.encode(cursors.Key("2026-04-05T08:00:00.000Z", 5), {})  # a kb_list's without filters
+    assert [r.uri for r in (await client.list_resources(cursor=unfiltered)).resources] == ["kb://document/4"]
 
 
 async def test_an_empty_cursor_is_no_cursor_for_every_list(client: Client, engine: responses.RequestsMock) -> None:

@@ -17,7 +17,7 @@ from mcp import Client
 from kb_bridge.auth.principal import Principal
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools import browse
+from kb_bridge.tools import browse, cursors
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.testing.fake_engine import API, make_settings
 from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job
@@ -92,8 +92,13 @@ async def test_updated_since_is_read_as_since_is(client: Client, engine: respons
     assert query(engine.calls[0])["updated_since"] == [sent]
 
 
-def _cursor(data: object) -> str:
-    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+def _cursor(data: dict[str, Any], filters: dict[str, Any] | None = None) -> str:
+    """A cursor holding `data`, sealed as the bridge seals its own (for a kb_list of these filters), so that what
+    a test refuses is the position or the filters it holds, not the seal."""
+    kind, value = next(iter(data.items()))
+    extra: dict[str, Any] = {"f": filters} if filters else {}
+    sealed = {**data, **extra, "s": cursors.seal(kind, value, filters or {})}
+    return base64.urlsafe_b64encode(json.dumps(sealed).encode()).decode().rstrip("=")
 
 
 @pytest.mark.parametrize(("arguments", "field"), [
@@ -110,12 +115,62 @@ def _cursor(data: object) -> str:
     ({"cursor": _cursor({"k": ["2026-04-05T08:00:00.000Z", 5], "o": 1})}, "cursor"),
     ({"cursor": _cursor({"o": -1})}, "cursor"), ({"cursor": _cursor({"o": 2.5})}, "cursor"),
     ({"cursor": _cursor({"m": {"memory": 1}})}, "cursor"),  # a merged listing's, for a token without one
+    # Sealed, but carrying a filter no call could give: checked as the tool's own arguments are.
+    ({"cursor": _cursor({"o": 2}, {"collection": "../memory"})}, "cursor"),
+    ({"cursor": _cursor({"o": 2}, {"tags": ["a\nb"]})}, "cursor"),
+    ({"cursor": "eyJvIjoyfQ"}, "cursor"),  # {"o":2}, as the bridge wrote cursors before they were sealed
 ])
 async def test_list_rejects_bad_cursor_and_dates(client: Client, engine: responses.RequestsMock, arguments: dict, field: str) -> None:
     result = await client.call_tool("kb_list", arguments)
     assert result.is_error and result.structured_content["error"]["field"] == field
     assert result.structured_content["error"]["code"] == "VALIDATION_ERROR"
     assert not engine.calls
+
+
+async def test_a_cursor_carries_its_filters_and_refuses_others_or_an_edit_naming_cursor(
+        client: Client, engine: responses.RequestsMock) -> None:
+    """A cursor sent with other filters, or with a character changed, went on from another place or in another
+    listing, and the page silently left documents out (105 of 3,024 one-character edits of a key cursor decoded
+    to another key). It now carries its listing's filters: sent alone it goes on in that listing, with some or all
+    of them too; with others, or edited, it is VALIDATION_ERROR naming `cursor`, before any engine call."""
+    listing = _six(engine)
+    for doc in listing.docs.values():
+        doc["tags"] += ["a", "b"]
+    listing.add(20)  # in the collection, older than all, without the tags: in no page of this listing
+    listing.docs[20]["updated_at"] = "2026-04-05T07:00:00.000Z"
+    first = await client.call_tool("kb_list", {"collection": "memory", "tags": ["a", "b"], "limit": 2})
+    cursor = first.structured_content["next_cursor"]
+    assert [d["id"] for d in first.structured_content["documents"]] == [13, 12] and cursor
+    calls = len(engine.calls)
+    refused = [
+        {"collection": "notes", "cursor": cursor},  # another collection
+        {"collection": "memory", "tags": ["a"], "cursor": cursor},  # a tag fewer
+        {"tags": ["a", "b"], "since": "7d", "cursor": cursor},  # a time bound more
+    ]
+    decoded = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    for i in range(len(cursor)):
+        for ch in "AQgw0-_":
+            edited = cursor[:i] + ch + cursor[i + 1:]
+            try:
+                same = base64.urlsafe_b64decode(edited + "=" * (-len(edited) % 4)) == decoded
+            except ValueError:
+                same = False
+            if not same:  # the last character's spare bits decode to the same cursor
+                refused.append({"cursor": edited})
+    for arguments in refused:
+        result = await client.call_tool("kb_list", arguments)
+        assert result.is_error, arguments
+        assert result.structured_content["error"]["code"] == "VALIDATION_ERROR", arguments
+        assert result.structured_content["error"]["field"] == "cursor", arguments
+    assert len(engine.calls) == calls
+    # Alone, or with its filters (some, in another order, another page size), it goes on in its own listing.
+    alone = await client.call_tool("kb_list", {"cursor": cursor})
+    assert [d["id"] for d in alone.structured_content["documents"]] == [11, 10, 9, 8]
+    assert set(query_of(engine.calls[-1].request.url)["tag"]) == {"collection:memory", "a", "b"}
+    again = await client.call_tool("kb_list", {"tags": ["b", "a", "a"], "limit": 3, "cursor": cursor})
+    assert [d["id"] for d in again.structured_content["documents"]] == [11, 10, 9]
+    following = await client.call_tool("kb_list", {"cursor": again.structured_content["next_cursor"]})
+    assert [d["id"] for d in following.structured_content["documents"]] == [8]
 
 
 class Listing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -10,7 +11,8 @@ from typing import Any
 from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import EngineUnsupported, InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
-from kb_bridge.tools import reach, render, time_range
+from kb_bridge.tools import cursors, reach, render, time_range
+from kb_bridge.tools.arguments import ArgumentParser
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
 # doc_type counts in a collection's details; anything else is counted as "other".
@@ -146,6 +148,8 @@ def _check_timestamp(value: str) -> str:
 
 
 def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
+    if args.cursor is not None:
+        args = _with_cursor_filters(args)
     params: list[tuple[str, Any]] = []
     for key in ("doc_type", "source_path"):
         value = getattr(args, key)
@@ -155,9 +159,43 @@ def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
         params.append(("updated_since", _check_timestamp(args.updated_since)))
     params.extend(time_range.engine_bounds(args.since, args.until, args.time_field).items())
     raw, total, following = reach.page_of_documents(
-        ctx.engine, ctx.principal, params, args.collection, args.tags, args.limit, args.cursor
+        ctx.engine, ctx.principal, params, args.collection, args.tags, args.limit, args.cursor, filters=_filters(args)
     )
     return {"documents": [shapes.document(d) for d in raw], "total": total, "next_cursor": following}
+
+
+def _filters(args: ListArguments) -> dict[str, Any]:
+    """The filters of a kb_list call as the agent gave them, which its next_cursor carries (tools/cursors.py):
+    none for no filter, so a walk without one shares its cursors with resources/list's. Tags are a set (all must
+    match), `time_field` counts only with a time bound, and `limit` is no filter: a walk may change its page size."""
+    given: dict[str, Any] = {key: getattr(args, key) for key in
+                             ("collection", "doc_type", "source_path", "updated_since", "since", "until")}
+    given["tags"] = sorted(set(args.tags)) or None
+    given["time_field"] = args.time_field if args.since is not None or args.until is not None else None
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def _with_cursor_filters(args: ListArguments) -> ListArguments:
+    """The call's arguments with the filters its cursor carries: a call may send the cursor alone, or with the
+    filters of the call that returned it (some or all); a filter the cursor's listing did not have, or has
+    otherwise, is VALIDATION_ERROR naming `cursor`, where it went on in another listing and the page silently
+    left documents out. What a cursor carries is checked as the tool's own arguments are."""
+    assert args.cursor is not None
+    _position, carried = cursors.decode(args.cursor, "cursor")
+    given = _filters(args)
+    differ = sorted(key for key in given if carried.get(key) != given[key])
+    if differ:
+        raise InvalidArgument("cursor", f"was returned for a listing with other filters ({', '.join(differ)}): send it "
+                                        "alone, or with the filters of the call that returned it")
+    try:
+        return _list_arguments().parse({**carried, "limit": args.limit, "cursor": args.cursor})
+    except InvalidArgument:
+        raise InvalidArgument("cursor", "is not a cursor this server returned") from None
+
+
+@functools.cache
+def _list_arguments() -> ArgumentParser[ListArguments]:
+    return ArgumentParser(ListArguments)
 
 
 def render_collections(result: Result) -> str:

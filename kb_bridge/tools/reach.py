@@ -156,16 +156,23 @@ def _score(hit: dict[str, Any]) -> float:
 
 def page_of_documents(
     engine: EngineClient, principal: Principal, params: Params, collection: str | None, tags: Sequence[str],
-    limit: int, cursor: str | None, field: str = "cursor",
+    limit: int, cursor: str | None, field: str = "cursor", filters: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], int, str | None]:
     """One page of the engine's documents the principal may see: (raw documents, total, next cursor).
 
     `params` are the engine filters other than tags; `collection` and `tags` filter as in kb_list. The cursor
     (tools/cursors.py) holds the last document's key where the engine pages by key (3.14), so documents added,
-    deleted or updated before it move nothing after it; an older engine's cursor holds an offset."""
+    deleted or updated before it move nothing after it; an older engine's cursor holds an offset. `filters` are
+    the listing's as the caller gave them (none by default), which a cursor carries: one of another listing is
+    refused (`params` cannot serve, as a span, `since: 7d`, is a new bound at each call)."""
+    filters = dict(filters or {})
     names = collections_to_search(principal, collection)
     user_tags = collection_tags.check_user_tags(tags)
-    position = cursors.decode(cursor, field) if cursor is not None else None
+    position = None
+    if cursor is not None:
+        position, carried = cursors.decode(cursor, field)
+        if carried != filters:
+            raise InvalidArgument(field, "was returned for a listing with other filters")
     if not names:
         return [], 0, None
     if len(names) == 1:
@@ -177,8 +184,9 @@ def page_of_documents(
         if len(docs) <= limit:
             return page, total, None
         offset = position if isinstance(position, int) else 0
-        return page, total, _next_cursor(keyed, page[-1], position, offset + len(page))
-    return _merged_page(engine, params, [n for n in names if n is not None], user_tags, limit, position, field)
+        return page, total, _next_cursor(keyed, page[-1], position, offset + len(page), filters)
+    return _merged_page(engine, params, [n for n in names if n is not None], user_tags, limit, position, field,
+                        filters)
 
 
 def _listing(
@@ -197,7 +205,7 @@ def _listing(
 
 def _merged_page(
     engine: EngineClient, params: Params, names: list[str], tags: list[str], limit: int,
-    position: cursors.Position | None, field: str,
+    position: cursors.Position | None, field: str, filters: Mapping[str, Any],
 ) -> tuple[list[dict[str, Any]], int, str | None]:
     """One page of several collections' listings, merged newest update first (one engine call each)."""
     if isinstance(position, int):
@@ -223,19 +231,19 @@ def _merged_page(
             offsets[name] += 1
     if sum(len(page) for page in pages.values()) <= limit:
         return taken, total, None
-    return taken, total, _next_cursor(keyed, taken[-1], position, offsets)
+    return taken, total, _next_cursor(keyed, taken[-1], position, offsets, filters)
 
 
 def _next_cursor(keyed: bool, last: dict[str, Any], position: cursors.Position | None,
-                 offsets: int | dict[str, int]) -> str:
+                 offsets: int | dict[str, int], filters: Mapping[str, Any]) -> str:
     """The cursor after `last`: its key where the engine pages by key, else the offset(s) reached."""
     key = cursors.key_of(last) if keyed else None
     if key is not None:
-        return cursors.encode(key)
+        return cursors.encode(key, filters)
     if isinstance(position, cursors.Key):
         # This walk came by key, so no offset is known to go on from.
         raise EngineBadResponse("the kb engine listed a document whose updated_at is not a timestamp in the API's form")
-    return cursors.encode(offsets)
+    return cursors.encode(offsets, filters)
 
 
 def _update_key(doc: dict[str, Any]) -> tuple[str, int]:
