@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
-import errno
 import fcntl
 import hashlib
 import json
@@ -283,9 +282,8 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
     client = _client(settings)
     report = ImportReport()
     try:
-        from_stdin = str(args.file) == STANDARD_STREAM
-        size = None if from_stdin else _size(args.file)
-        handle = sys.stdin.buffer if from_stdin else _open(args.file)  # read_records closes it
+        # read_records closes the handle; a file is opened before anything is asked of the engine or sent.
+        handle, size = (sys.stdin.buffer, None) if str(args.file) == STANDARD_STREAM else _open(args.file)
         keeps_times = _keeps_times(client)
         stored = _stored_documents(client)
         pending: dict[int, int] = {}  # job id -> line
@@ -314,22 +312,13 @@ def run_import(args: argparse.Namespace, settings: Settings) -> int:
     return FAILED if report.failed else OK
 
 
-def _size(path: Path) -> int:
-    """FILE's size, checked before anything is asked of the engine or sent (a folder, too, cannot be read)."""
+def _open(path: Path) -> tuple[BinaryIO, int]:
+    """FILE opened for reading, and its size; a folder, too, cannot be read."""
     try:
-        found = path.stat()
-    except OSError as exc:
+        handle = open(path, "rb")
+    except OSError as exc:  # a folder is IsADirectoryError
         raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
-    if stat.S_ISDIR(found.st_mode):
-        raise InvalidArgument("FILE", f"cannot read {path}: {os.strerror(errno.EISDIR)}")
-    return found.st_size
-
-
-def _open(path: Path) -> BinaryIO:
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise InvalidArgument("FILE", f"cannot read {path}: {exc.strerror}") from None
+    return handle, os.fstat(handle.fileno()).st_size
 
 
 def _keeps_times(client: EngineClient) -> bool:
