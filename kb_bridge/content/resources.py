@@ -20,7 +20,7 @@ from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.digits import id_number
 from kb_bridge.errors import InvalidArgument, NotFound
-from kb_bridge.tools import reach
+from kb_bridge.tools import cursors, reach
 
 SCHEME = "kb"
 MARKDOWN = "text/markdown"
@@ -58,7 +58,8 @@ def document_uri(document_id: int) -> str:
 
 def list_recent(engine: EngineClient, principal: Principal, cursor: str | None) -> tuple[list[Listed], str | None]:
     """One page of recent documents the principal may see, as resources, and the next cursor (None at the end)."""
-    raw, _total, following = reach.page_of_documents(engine, principal, [], None, (), LIST_PAGE, cursor)
+    sent = cursors.decode(cursor, "cursor") if cursor is not None else None
+    raw, _total, following = reach.page_of_documents(engine, principal, [], None, (), LIST_PAGE, sent)
     docs = [shapes.document(d) for d in raw]
     items = [
         Listed(

@@ -148,8 +148,9 @@ def _check_timestamp(value: str) -> str:
 
 
 def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
-    if args.cursor is not None:
-        args = _with_cursor_filters(args)
+    cursor = cursors.decode(args.cursor, "cursor") if args.cursor is not None else None
+    if cursor is not None:
+        args = _with_cursor_filters(args, cursor.filters)
     params: list[tuple[str, Any]] = []
     for key in ("doc_type", "source_path"):
         value = getattr(args, key)
@@ -159,7 +160,7 @@ def list_documents(ctx: ToolContext, args: ListArguments) -> Result:
         params.append(("updated_since", _check_timestamp(args.updated_since)))
     params.extend(time_range.engine_bounds(args.since, args.until, args.time_field).items())
     raw, total, following = reach.page_of_documents(
-        ctx.engine, ctx.principal, params, args.collection, args.tags, args.limit, args.cursor, filters=_filters(args)
+        ctx.engine, ctx.principal, params, args.collection, args.tags, args.limit, cursor, filters=_filters(args)
     )
     return {"documents": [shapes.document(d) for d in raw], "total": total, "next_cursor": following}
 
@@ -175,13 +176,11 @@ def _filters(args: ListArguments) -> dict[str, Any]:
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _with_cursor_filters(args: ListArguments) -> ListArguments:
+def _with_cursor_filters(args: ListArguments, carried: dict[str, Any]) -> ListArguments:
     """The call's arguments with the filters its cursor carries: a call may send the cursor alone, or with the
     filters of the call that returned it (some or all); a filter the cursor's listing did not have, or has
     otherwise, is VALIDATION_ERROR naming `cursor`, where it went on in another listing and the page silently
     left documents out. What a cursor carries is checked as the tool's own arguments are."""
-    assert args.cursor is not None
-    _position, carried = cursors.decode(args.cursor, "cursor")
     given = _filters(args)
     differ = sorted(key for key in given if carried.get(key) != given[key])
     if differ:

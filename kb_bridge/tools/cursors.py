@@ -33,7 +33,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from kb_bridge.errors import InvalidArgument
 
@@ -60,6 +60,13 @@ class Key:
 Position = Key | int | dict[str, int]
 
 
+class Cursor(NamedTuple):
+    """A cursor as it came back: where the last page stopped, and the filters of its listing."""
+
+    position: Position
+    filters: dict[str, Any]
+
+
 def key_of(document: Mapping[str, Any]) -> Key | None:
     """The listing key of an engine document; None when its fields are not what a key holds (an engine
     whose times look otherwise keeps offset cursors)."""
@@ -79,7 +86,7 @@ def encode(position: Position, filters: Mapping[str, Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def decode(cursor: str, field: str) -> tuple[Position, dict[str, Any]]:
+def decode(cursor: str, field: str) -> Cursor:
     """Where a cursor says the last page stopped, and the filters of its listing; INVALID_ARGUMENT naming
     `field` for anything this module did not write (a cursor written before the seal included: the walk starts
     again)."""
@@ -99,7 +106,7 @@ def decode(cursor: str, field: str) -> tuple[Position, dict[str, Any]]:
         raise InvalidArgument(field, _NOT_OURS) from None
     if sent != sealed:
         raise InvalidArgument(field, _NOT_OURS + " (send it as it came)")
-    return _position(kind, value, field), filters
+    return Cursor(_position(kind, value, field), filters)
 
 
 def _member(position: Position) -> tuple[str, Any]:

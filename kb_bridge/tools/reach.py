@@ -156,7 +156,7 @@ def _score(hit: dict[str, Any]) -> float:
 
 def page_of_documents(
     engine: EngineClient, principal: Principal, params: Params, collection: str | None, tags: Sequence[str],
-    limit: int, cursor: str | None, field: str = "cursor", filters: Mapping[str, Any] | None = None,
+    limit: int, cursor: cursors.Cursor | None, field: str = "cursor", filters: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], int, str | None]:
     """One page of the engine's documents the principal may see: (raw documents, total, next cursor).
 
@@ -168,11 +168,9 @@ def page_of_documents(
     filters = dict(filters or {})
     names = collections_to_search(principal, collection)
     user_tags = collection_tags.check_user_tags(tags)
-    position = None
-    if cursor is not None:
-        position, carried = cursors.decode(cursor, field)
-        if carried != filters:
-            raise InvalidArgument(field, "was returned for a listing with other filters")
+    if cursor is not None and cursor.filters != filters:
+        raise InvalidArgument(field, "was returned for a listing with other filters")
+    position = cursor.position if cursor is not None else None
     if not names:
         return [], 0, None
     if len(names) == 1:
