@@ -3,6 +3,7 @@ sweeper, metrics), built from settings and started and stopped by the server's l
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -93,8 +94,7 @@ class Bridge:
         finally:
             self._users -= 1
             if self._users == 0:
-                if cancelled:
-                    self.stop(wait=False)
-                else:
-                    # Off the event loop: in-flight handlers may still need it (progress notifications).
-                    await anyio.to_thread.run_sync(self.stop)
+                # Off the event loop, which turns meanwhile: in-flight handlers may still need it (progress
+                # notifications), and so do calls threads have sent it (stdio's writer saying stdout is closed),
+                # which a loop shutting down at once would cancel.
+                await anyio.to_thread.run_sync(functools.partial(self.stop, wait=not cancelled))
