@@ -233,3 +233,17 @@ async def test_a_title_cannot_make_a_link_of_its_own_in_a_listing(client: Client
     text = (await client.read_resource("kb://collection/memory")).contents[0].text
     assert "Pay here](" not in text  # the link it made before
     assert r"- [Pay here\](https://example.invalid) \[x # Heading](kb://document/3)" in text
+
+
+@pytest.mark.parametrize(("name", "argument"), [("find_insights_about", "topic"), ("remember", "fact"), ("tag_exploration", "tag")])
+@pytest.mark.parametrize("value", ["pay\x00day", "caf\udce9"], ids=["NUL", "lone surrogate"])
+async def test_a_prompt_refuses_text_no_tool_would_take_naming_the_argument(
+    client: Client, engine: responses.RequestsMock, name: str, argument: str, value: str,
+) -> None:
+    """A prompt steers the agent to tool calls carrying its argument; the tools refuse NUL and lone surrogates
+    naming the field (tools/validation.py), so the prompt does too, before it writes a message that can only
+    lead to a refused call (and a lone surrogate could not be encoded in the answer at all)."""
+    with pytest.raises(MCPError) as caught:
+        await client.get_prompt(name, {argument: value})
+    assert caught.value.error.code == -32602 and caught.value.error.data["field"] == argument
+    assert not engine.calls

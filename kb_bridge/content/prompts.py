@@ -10,6 +10,7 @@ from kb_bridge import collection_tags
 from kb_bridge.digits import id_number
 from kb_bridge.errors import InvalidArgument
 from kb_bridge.tools.arguments import LARGEST_ID
+from kb_bridge.tools.validation import unstorable
 
 # The largest id kb_related takes.
 _MAX_CHUNK_ID = LARGEST_ID
@@ -112,6 +113,13 @@ def render(spec: PromptSpec, arguments: Mapping[str, str]) -> str:
         value = arguments.get(argument.name)
         if argument.required and not (value and value.strip()):
             raise InvalidArgument(argument.name, "is required")
-        if value is not None and len(value) > 2000:
+        if value is None:
+            continue
+        if len(value) > 2000:
             raise InvalidArgument(argument.name, "must be at most 2000 characters long")
+        # The message steers the agent to tool calls carrying this value, which the tools refuse (and a lone
+        # surrogate cannot even be encoded in the answer): refused here, naming the argument, as they do.
+        problem = unstorable(value)
+        if problem is not None:
+            raise InvalidArgument(argument.name, problem)
     return spec.build(arguments)

@@ -98,8 +98,8 @@ class ArgumentValidator:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _string_problem(value: str) -> str | None:
-    """Why no store can keep `value`, or None."""
+def unstorable(value: str) -> str | None:
+    """Why no store can keep `value`, or None (the tools' arguments and the prompts' share this rule)."""
     if "\x00" in value:
         # No store keeps it (PostgreSQL text cannot, and the engine refuses it on SQLite too).
         return "must not contain the NUL character (U+0000)"
@@ -114,7 +114,7 @@ def _unstorable_string(arguments: Any) -> tuple[str, str] | None:
     before any engine call (json_values.strings: memory grows with the depth, not with the values)."""
     for keys, text, is_key in json_values.strings(arguments):
         if not is_key:
-            problem = _string_problem(text)
+            problem = unstorable(text)
             if problem is not None:
                 return json_values.path(keys), problem
     return None
