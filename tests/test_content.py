@@ -235,6 +235,23 @@ async def test_a_title_cannot_make_a_link_of_its_own_in_a_listing(client: Client
     assert r"- [Pay here\](https://example.invalid) \[x # Heading](kb://document/3)" in text
 
 
+async def test_a_stored_title_or_source_with_line_breaks_stays_on_its_heading_and_meta_lines(
+    client: Client, engine: responses.RequestsMock,
+) -> None:
+    """The bridge refuses line breaks in titles and sources, but a client writing to the engine directly can store
+    them: a document's `# title` heading and its source line stay one line each, so the stored title cannot end the
+    heading and start text (or a heading) of its own above the document's meta lines."""
+    engine.get(f"{API}/documents/7", json=document(7, title="Runbook\n# Not the title", source_path="ops/\nrun.md",
+                                                   content="Roll back first.", chunks=[]))
+    engine.get(f"{API}/chunks/901", json=chunk(901, 7, title="Runbook\r\nsecond line"))
+    text = (await client.read_resource("kb://document/7")).contents[0].text
+    lines = text.splitlines()
+    assert lines[0] == "# Runbook # Not the title" and lines[1] == ""
+    assert lines[3].startswith("- source ops/ run.md · version")
+    chunk_text = (await client.read_resource("kb://chunk/901")).contents[0].text
+    assert chunk_text.splitlines()[0] == "# Chunk 901 of Runbook second line"
+
+
 @pytest.mark.parametrize(("name", "argument"), [("find_insights_about", "topic"), ("remember", "fact"), ("tag_exploration", "tag")])
 @pytest.mark.parametrize("value", ["pay\x00day", "caf\udce9"], ids=["NUL", "lone surrogate"])
 async def test_a_prompt_refuses_text_no_tool_would_take_naming_the_argument(

@@ -185,10 +185,13 @@ def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
               "engine before 3.9).")
         return OK
     tags = ", ".join(document["tags"]) or "-"
-    print(printable(f"# {document['title'] or document['source_path'] or 'Document ' + str(document['id'])}\n"))
+    # One line, whatever a client writing to the engine directly stored (the bridge refuses line breaks in titles).
+    title = " ".join((document["title"] or document["source_path"] or f"Document {document['id']}").splitlines())
+    print(printable(f"# {title}\n"))
     print(printable(f"id {document['id']} · {document['doc_type'] or '?'} · collection {document['collection'] or '-'}"
                     f" · tags {tags} · version {document['version']}"))
-    print(printable(f"source {document['source_path'] or '-'} · updated {document['updated_at'] or '?'}\n"))
+    source = " ".join((document["source_path"] or "-").splitlines())
+    print(printable(f"source {source} · updated {document['updated_at'] or '?'}\n"))
     print(printable(document.get("content") or ""))
     return OK
 

@@ -114,6 +114,19 @@ def test_stored_escape_sequences_reach_the_terminal_as_text_not_as_commands(engi
     assert as_json["content"] == hostile
 
 
+def test_get_keeps_a_stored_title_and_source_with_line_breaks_on_their_own_lines(engine: Service) -> None:
+    """The bridge refuses line breaks in titles and sources; a client writing to the engine directly can store them,
+    and `get` printed them raw, so the title ended its `#` line and the rest passed for the document's text."""
+    added = kb(engine, "add", f"Coots nod as they swim {SUFFIX}.", "--collection", f"{COLLECTION}-lines", "--json")
+    document_id = json.loads(added.stdout)["document_id"]
+    moved = requests.patch(f"{engine.url}/api/v1/documents/{document_id}", headers=HEADERS, timeout=30,
+                           json={"title": "Coots\nForged line", "source_path": "birds/\ncoots.md"})
+    assert moved.status_code == 200, moved.text
+    lines = kb(engine, "get", str(document_id)).stdout.splitlines()
+    assert lines[0] == "# Coots Forged line" and lines[1] == ""
+    assert lines[3].startswith("source birds/ coots.md · updated"), lines
+
+
 def test_an_id_not_written_in_ascii_digits_is_a_usage_error_and_names_no_other_document(engine: Service) -> None:
     ids = [json.loads(kb(engine, "add", f"Loons call at night {SUFFIX} {n}.", "--collection", f"{COLLECTION}-ids",
                          "--json").stdout)["document_id"] for n in range(11)]
