@@ -247,3 +247,21 @@ async def test_white_space_inside_text_and_a_zero_width_space_are_text(client: C
     engine.post(f"{API}/search", json={"query": "x", "mode": "fts", "results": []})
     assert not (await client.call_tool("kb_search", {"query": " a b ", "tags": [" a b "]})).is_error
     assert not (await client.call_tool("kb_search", {"query": "\u200b"})).is_error
+
+
+@pytest.mark.parametrize(("sent", "named"), [
+    ("title", "title"), ("versions[0].title", "versions[0].title"), ("Idempotency-Key", "Idempotency-Key"),
+    (None, ""), ("", ""), ("title; and more", ""), ("t" * 101, ""), ("ti\x1btle", ""), (7, ""),
+], ids=["field", "path", "header", "absent", "empty", "not a name", "too long", "control", "not a string"])
+async def test_an_engine_refusal_names_the_field_the_engine_names(
+        client: Client, engine: responses.RequestsMock, sent: object, named: str) -> None:
+    """Arguments the bridge takes and the engine refuses (its own rule) came back with `field: ""`; from engine
+    3.16 a validation_error names its field (docs/engine-api.md), passed on when it is shaped as a field name."""
+    error: dict[str, object] = {"code": "validation_error", "message": "title must be shorter here"}
+    if sent is not None:
+        error["field"] = sent
+    engine.post(f"{API}/jobs", status=422, json={"error": error})
+    result = await client.call_tool("kb_addnote", {"text": "a note", "title": "A title"})
+    assert result.is_error and result.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert result.structured_content["error"]["field"] == named
+    assert "title must be shorter here" in result.structured_content["error"]["message"]

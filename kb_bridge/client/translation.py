@@ -124,6 +124,7 @@ class Answer:
 
     status: int
     message: str  # the engine's own message, fit to pass on (clean_message); "" when it gave none
+    field: str  # the request field the engine named (engine 3.16, docs/engine-api.md); "" when it named none
     what: str  # what the request named, for NOT_FOUND: "document 42"
     endpoint: str  # the path template: "GET /api/v1/documents/{id}"
     retry_after: float | None
@@ -134,7 +135,9 @@ def _busy(answer: Answer) -> KbError:
 
 
 def _rejected(answer: Answer) -> KbError:
-    return InvalidArgument("", "the engine rejected the request: " + (answer.message or "invalid input"))
+    # The engine's name for the value it refused: the tool's argument of that name where the tool has one (text,
+    # title, tags, source_path ...). The bridge checks its arguments first, so this is the engine's own rule.
+    return InvalidArgument(answer.field, "the engine rejected the request: " + (answer.message or "invalid input"))
 
 
 # An engine error code refines its status; otherwise the status alone decides.
@@ -176,8 +179,9 @@ def error_for_answer(
     status: int, body: bytes, headers: Mapping[str, str], what: str, endpoint: str, clean: Callable[[str | None], str]
 ) -> KbError:
     """The error an engine answer with `status` >= 400 means; `clean` makes its message fit to pass on."""
-    code, message = engine_error(body)
-    answer = Answer(status, clean(message), what, endpoint, retry_after(headers.get("Retry-After")))
+    code, message, field = engine_error(body)
+    answer = Answer(status, clean(message), _field_name(clean(field)), what, endpoint,
+                    retry_after(headers.get("Retry-After")))
     factory = _BY_CODE.get((status, code or "")) or _BY_STATUS.get(status)
     if factory is not None:
         return factory(answer)
@@ -195,21 +199,31 @@ def clean_message(message: str | None, redact: Callable[[str], str]) -> str:
     return _CONTROL.sub(" ", redact(window))[:_MAX_ENGINE_MESSAGE].strip()
 
 
-def engine_error(body: bytes) -> tuple[str | None, str | None]:
-    """(code, message) from either engine error shape; (None, None) when unreadable."""
+# A field as the engine names it: `text`, `tags[1]`, `versions[0].title`, `Idempotency-Key`.
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\[\]-]{0,99}")
+
+
+def _field_name(field: str) -> str:
+    """The engine's field if it is shaped as a field name, else "": it reaches the agent as `field`."""
+    return field if _FIELD_NAME.fullmatch(field) else ""
+
+
+def engine_error(body: bytes) -> tuple[str | None, str | None, str | None]:
+    """(code, message, field) from either engine error shape; None for each part it does not hold."""
     try:
         data = json.loads(body)
     except ValueError:
-        return None, None
+        return None, None, None
     if not isinstance(data, dict):
-        return None, None
+        return None, None, None
     error = data.get("error")
     if isinstance(error, dict):
-        code, message = error.get("code"), error.get("message")
-        return (code if isinstance(code, str) else None, message if isinstance(message, str) else None)
+        code, message, field = error.get("code"), error.get("message"), error.get("field")
+        return (code if isinstance(code, str) else None, message if isinstance(message, str) else None,
+                field if isinstance(field, str) else None)
     detail = data.get("detail")
     if isinstance(detail, str):
-        return None, detail
+        return None, detail, None
     if isinstance(detail, list):
         # FastAPI style: [{"loc": ["body", "query"], "msg": "..."}]
         parts = []
@@ -217,8 +231,8 @@ def engine_error(body: bytes) -> tuple[str | None, str | None]:
             if isinstance(item, dict):
                 loc = ".".join(str(p) for p in item.get("loc", []) if p != "body")
                 parts.append(f"{loc}: {item.get('msg', '')}" if loc else str(item.get("msg", "")))
-        return None, "; ".join(parts) or None
-    return None, None
+        return None, "; ".join(parts) or None, None
+    return None, None, None
 
 
 def retry_after(value: str | None) -> float | None:

@@ -28,7 +28,7 @@ def parse_iso(text: str, name: str) -> str:
     try:
         return format_iso(_moment(text))
     except (ValueError, OverflowError):  # OverflowError: an offset that moves year 1 or 9999 out of range
-        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
+        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}", field=name) from None
 
 
 def parse_bound(text: str, name: str) -> str:
@@ -45,7 +45,7 @@ def parse_bound(text: str, name: str) -> str:
                 pass
         return format_iso(moment)
     except (ValueError, OverflowError):
-        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}") from None
+        raise ValidationError(f"{name} must be an ISO-8601 timestamp, got {text[:60]!r}", field=name) from None
 
 
 def epoch_millis(stamp: str) -> int:

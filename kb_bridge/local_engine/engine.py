@@ -27,7 +27,7 @@ from .store.backends import open_store
 
 logger = logging.getLogger(__name__)
 
-API_VERSION = "3.15.1"
+API_VERSION = "3.16"
 WORKER_STOP_SECONDS = 20.0
 
 

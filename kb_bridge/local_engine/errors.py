@@ -8,14 +8,16 @@ from __future__ import annotations
 
 
 class EngineError(Exception):
-    """Root of every error the engine raises on purpose."""
+    """Root of every error the engine raises on purpose. `field` names the request's field at fault, when one is
+    (the error body's `field`, docs/engine-api.md), so that a client can say which of its own values to fix."""
 
     code = "internal"
     status = 500
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field
 
 
 class BadRequest(EngineError):

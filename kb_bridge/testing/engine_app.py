@@ -61,7 +61,9 @@ def upload(client: FlaskClient, filename: str, data: bytes, headers: dict[str, s
 
 def error_code(response: Any) -> str:
     body = response.json
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    # The contract's shape (docs/engine-api.md, "Errors"): `field` (3.16) when the error names one.
+    assert set(body) == {"error"} and set(body["error"]) in ({"code", "message"}, {"code", "message", "field"}), body
+    assert "field" not in body["error"] or body["error"]["field"], body
     return str(body["error"]["code"])
 
 

@@ -36,7 +36,9 @@ def test_tags_are_listed_in_code_point_order_on_a_database_of_a_linguistic_colla
 
 
 def _named(response: Any, field: str) -> bool:
-    return response.status_code == 422 and str(response.json["error"]["message"]).startswith(field)
+    """422 naming `field` twice: at the start of the message, for a person, and (3.16) as the error's `field`."""
+    error = response.json["error"]
+    return response.status_code == 422 and str(error["message"]).startswith(field) and error.get("field") == field
 
 
 @pytest.mark.both_stores
@@ -201,3 +203,16 @@ def test_a_note_update_is_recorded_as_a_done_update_job(client: FlaskClient) -> 
     job = client.get(f"{API}/jobs", query_string={"limit": 1}).json["jobs"][0]
     assert {key: job[key] for key in ("type", "status", "document_id", "priority", "tags")} == {
         "type": "update", "status": "done", "document_id": document["id"], "priority": "bulk", "tags": None}
+
+
+def test_a_refusal_names_its_field_only_when_it_concerns_one(client: FlaskClient) -> None:
+    """docs/engine-api.md, "Errors" (3.16): `field` names the one field refused, and is absent otherwise."""
+    note = add_note(client, "a note to refuse changes to")
+    neither = client.patch(f"{API}/notes/{note['id']}", json={})
+    assert neither.status_code == 422 and "field" not in neither.json["error"], neither.json
+    unknown = client.patch(f"{API}/documents/{note['id']}", json={"text": "not here"})
+    assert unknown.status_code == 422 and unknown.json["error"]["field"] == "text", unknown.json
+    times = client.post(f"{API}/jobs", json={"text": "t", "created_at": "2026-01-02", "updated_at": "2026-01-01"})
+    assert times.status_code == 422 and times.json["error"]["field"] == "updated_at", times.json
+    both = client.patch(f"{API}/documents/{note['id']}/tags", json={"add": ["x"], "remove": ["x"]})
+    assert both.status_code == 422 and both.json["error"]["field"] == "remove", both.json

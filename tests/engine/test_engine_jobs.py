@@ -57,7 +57,7 @@ def test_note_job_is_accepted_at_once_and_produces_a_document(client: FlaskClien
 def test_note_validation_names_the_field(client: FlaskClient, body: dict[str, object], field: str) -> None:
     response = client.post(f"{API}/jobs", json=body)
     assert response.status_code == 422 and error_code(response) == "validation_error"
-    assert field in response.json["error"]["message"]
+    assert field in response.json["error"]["message"] and response.json["error"]["field"] == field  # field: 3.16
     assert client.get(f"{API}/jobs").json["total"] == 0
 
 

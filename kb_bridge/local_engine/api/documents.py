@@ -104,7 +104,8 @@ def move_document(doc_id: int) -> Response:
     body = validation.json_object(engine.config.max_json_bytes)
     unknown = sorted(set(body) - {"source_path", "title"})
     if unknown:
-        raise ValidationError(f"only source_path and title can be changed here, not {', '.join(unknown)}")
+        raise ValidationError(f"only source_path and title can be changed here, not {', '.join(unknown)}",
+                              field=unknown[0])
     source_path = validation.string(body, "source_path", max_chars=validation.MAX_PATH_CHARS)
     title = validation.string(body, "title", max_chars=validation.MAX_TITLE_CHARS)
     if source_path is None and title is None:
@@ -118,7 +119,7 @@ def add_tags(doc_id: int) -> dict[str, object]:
     body = validation.json_object(engine.config.max_json_bytes)
     tags = validation.tags(body.get("tags"))
     if not tags:
-        raise ValidationError("tags must hold at least one tag")
+        raise ValidationError("tags must hold at least one tag", field="tags")
     return engine.store.add_tags(doc_id, tags, now_iso())
 
 
@@ -132,7 +133,7 @@ def patch_tags(doc_id: int) -> dict[str, object]:
     if not add and not remove:
         raise ValidationError("give tags to add, to remove, or both")
     if set(add) & set(remove):
-        raise ValidationError("a tag cannot be both added and removed")
+        raise ValidationError("a tag cannot be both added and removed", field="remove")
     return engine.store.patch_tags(doc_id, add, remove, if_match_versions(), now_iso())
 
 

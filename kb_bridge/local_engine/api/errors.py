@@ -1,4 +1,5 @@
-"""The one place where exceptions become HTTP responses: `{"error": {"code", "message"}}`.
+"""The one place where exceptions become HTTP responses: `{"error": {"code", "message"}}`, plus `field` when the
+error names one.
 
 Our own errors carry their code and status. Werkzeug's HTTP errors (unknown route, wrong method, body
 over the limit) get the same JSON shape. Anything else is a bug: logged with its traceback, answered with
@@ -37,14 +38,17 @@ _HTTP_MESSAGES = {
 }
 
 
-def error_response(status: int, code: str, message: str) -> Response:
-    response = jsonify({"error": {"code": code, "message": message}})
+def error_response(status: int, code: str, message: str, field: str | None = None) -> Response:
+    error = {"code": code, "message": message}
+    if field:
+        error["field"] = field
+    response = jsonify({"error": error})
     response.status_code = status
     return response
 
 
 def _engine_error(error: EngineError) -> Response:
-    response = error_response(error.status, error.code, error.message)
+    response = error_response(error.status, error.code, error.message, error.field)
     if isinstance(error, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="kb-engine"'
     return response

@@ -49,7 +49,7 @@ def _submit_note(key: str | None) -> tuple[dict[str, object], bool]:
         fields["changed_by"] = changed_by
     unique_in = validation.string(body, "unique_in", max_chars=validation.MAX_TAG_CHARS)
     if unique_in is not None and unique_in not in tags:
-        raise ValidationError("unique_in must be one of the note's tags (the scope it must be unique in)")
+        raise ValidationError("unique_in must be one of the note's tags (the scope it must be unique in)", field="unique_in")
     return engine.intake.submit_note(fields, key, _priority(validation.string(body, "priority")), unique_in)
 
 
@@ -57,7 +57,7 @@ def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
     engine = current_engine()
     upload = request.files.get("file")  # parsing streams the file into staging (uploads.HashingFile)
     if upload is None:
-        raise ValidationError("file is required: send the document as the multipart part named 'file'")
+        raise ValidationError("file is required: send the document as the multipart part named 'file'", field="file")
     filename = safe_filename(upload.filename or "")
     doc_type = parsers.doc_type_for(filename)
     if doc_type is None:
@@ -72,7 +72,7 @@ def _submit_upload(key: str | None) -> tuple[dict[str, object], bool]:
     if part.size > engine.config.max_upload_bytes:
         raise PayloadTooLarge(f"the file is larger than this engine accepts ({engine.config.max_upload_bytes} bytes)")
     if part.size == 0:
-        raise ValidationError("file is empty")
+        raise ValidationError("file is empty", field="file")
     form = request.form
     fields = {
         "title": validation.string(form, "title", max_chars=validation.MAX_TITLE_CHARS),
@@ -95,7 +95,7 @@ def _submitter() -> str:
 def _priority(value: str | None) -> str | None:
     """`priority`: "interactive" (embedded before bulk work) or "bulk"; absent: by size (ingest/submissions.py)."""
     if value is not None and value not in PRIORITIES:
-        raise ValidationError(f"priority must be one of {', '.join(PRIORITIES)}, got {value!r}")
+        raise ValidationError(f"priority must be one of {', '.join(PRIORITIES)}, got {value!r}", field="priority")
     return value
 
 
@@ -105,7 +105,8 @@ def _idempotency_key() -> str | None:
         return None
     key = key.strip()
     if not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
-        raise ValidationError(f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters")
+        raise ValidationError(f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters",
+                              field="Idempotency-Key")
     # PostgreSQL text cannot hold NUL (a 500 there, taken on SQLite). gunicorn refuses control characters in a
     # header before we see it; another server, or the app run in-process, may not.
     return validation.no_nul(key, "Idempotency-Key")
@@ -118,7 +119,7 @@ def safe_filename(name: str) -> str:
     base = _UNSAFE_FILENAME_CHARS.sub("", base).strip().strip(".")
     base = "".join(c for c in base if unicodedata.category(c) not in ("Cf", "Cc"))
     if not base:
-        raise ValidationError("file must have a file name (the type is taken from its extension)")
+        raise ValidationError("file must have a file name (the type is taken from its extension)", field="file")
     if len(base) > MAX_FILENAME_CHARS:
         stem, dot, suffix = base.rpartition(".")
         base = stem[: MAX_FILENAME_CHARS - len(suffix) - 1] + dot + suffix if dot else base[:MAX_FILENAME_CHARS]
@@ -130,7 +131,7 @@ def list_jobs() -> dict[str, object]:
     engine = current_engine()
     status = request.args.get("status") or None
     if status is not None and status not in JOB_STATUSES:
-        raise ValidationError(f"status must be one of {', '.join(JOB_STATUSES)}")
+        raise ValidationError(f"status must be one of {', '.join(JOB_STATUSES)}", field="status")
     limit, offset = validation.page_args()
     found, total = engine.store.list_jobs(status, limit, offset)
     return {"jobs": found, "total": total}

@@ -24,10 +24,10 @@ def timestamp(source: Mapping[str, Any], name: str, required: bool = False,
     value = source.get(name)
     if value is None or value == "":
         if required:
-            raise ValidationError(f"{name} is required")
+            raise ValidationError(f"{name} is required", field=name)
         return None
     if not isinstance(value, str):
-        raise ValidationError(f"{name} must be an ISO-8601 timestamp string")
+        raise ValidationError(f"{name} must be an ISO-8601 timestamp string", field=name)
     return parse(value, name)
 
 
@@ -42,7 +42,7 @@ def time_bounds(source: Mapping[str, Any], updated_since: str | None = None) -> 
     for field in ("created", "updated"):
         after, before = bounds[f"{field}_after"], bounds[f"{field}_before"]
         if after is not None and before is not None and after > before:
-            raise ValidationError(f"{field}_after must not be later than {field}_before")
+            raise ValidationError(f"{field}_after must not be later than {field}_before", field=f"{field}_after")
     return bounds
 
 
@@ -52,9 +52,9 @@ def document_times(source: Mapping[str, Any]) -> dict[str, str]:
     created = timestamp(source, "created_at")
     updated = timestamp(source, "updated_at")
     if updated is not None and created is None:
-        raise ValidationError("updated_at needs created_at")
+        raise ValidationError("updated_at needs created_at", field="created_at")
     if created is None:
         return {}
     if updated is not None and updated < created:
-        raise ValidationError("updated_at must not be earlier than created_at")
+        raise ValidationError("updated_at must not be earlier than created_at", field="updated_at")
     return {"created_at": created, "updated_at": updated or created}

@@ -62,7 +62,8 @@ def _check_unicode(body: dict[str, Any]) -> None:
         if not _encodable(text):
             if is_key:
                 raise ValidationError("a field name in the request body holds a lone surrogate (U+D800-U+DFFF)")
-            raise ValidationError(f"{json_values.path(keys)} must be Unicode text: it holds a lone surrogate (U+D800-U+DFFF)")
+            raise ValidationError(f"{json_values.path(keys)} must be Unicode text: it holds a lone surrogate (U+D800-U+DFFF)",
+                                  field=json_values.path(keys))
 
 
 def _encodable(text: str) -> bool:
@@ -80,20 +81,20 @@ def string(
     value = body.get(name)
     if value is None:
         if required:
-            raise ValidationError(f"{name} is required")
+            raise ValidationError(f"{name} is required", field=name)
         return None
     if not isinstance(value, str):
-        raise ValidationError(f"{name} must be a string")
+        raise ValidationError(f"{name} must be a string", field=name)
     if not allow_blank and not value.strip():
-        raise ValidationError(f"{name} must not be empty")
+        raise ValidationError(f"{name} must not be empty", field=name)
     if max_chars is not None and len(value) > max_chars:
-        raise ValidationError(f"{name} must be at most {max_chars} characters")
+        raise ValidationError(f"{name} must be at most {max_chars} characters", field=name)
     return no_nul(value, name)
 
 
 def no_nul(value: str, name: str) -> str:
     if "\x00" in value:
-        raise ValidationError(f"{name} must not contain the NUL character (U+0000)")
+        raise ValidationError(f"{name} must not contain the NUL character (U+0000)", field=name)
     return value
 
 
@@ -105,9 +106,9 @@ def integer(body: Mapping[str, Any], name: str, default: int, low: int, high: in
         value = int(value)  # 5.0 from a client that writes every number as a float
     # bool is an int in Python; `true` is not a count.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{name} must be an integer")
+        raise ValidationError(f"{name} must be an integer", field=name)
     if not low <= value <= high:
-        raise ValidationError(f"{name} must be between {low} and {high}")
+        raise ValidationError(f"{name} must be between {low} and {high}", field=name)
     return value
 
 
@@ -116,7 +117,7 @@ def boolean(body: Mapping[str, Any], name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise ValidationError(f"{name} must be true or false")
+        raise ValidationError(f"{name} must be true or false", field=name)
     return value
 
 
@@ -125,7 +126,7 @@ def choice(body: Mapping[str, Any], name: str, default: str, choices: tuple[str,
     if value is None:
         return default
     if value not in choices:
-        raise ValidationError(f"{name} must be one of {', '.join(choices)}")
+        raise ValidationError(f"{name} must be one of {', '.join(choices)}", field=name)
     return str(value)
 
 
@@ -134,9 +135,9 @@ def tags(value: Any, name: str = "tags") -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise ValidationError(f"{name} must be a list of strings")
+        raise ValidationError(f"{name} must be a list of strings", field=name)
     if len(value) > MAX_TAGS:
-        raise ValidationError(f"{name} may hold at most {MAX_TAGS} tags")
+        raise ValidationError(f"{name} may hold at most {MAX_TAGS} tags", field=name)
     for tag in value:
         check_tag(tag, name)
     return tuple(dict.fromkeys(value))
@@ -144,11 +145,11 @@ def tags(value: Any, name: str = "tags") -> tuple[str, ...]:
 
 def check_tag(tag: Any, name: str = "tag") -> str:
     if not isinstance(tag, str) or not tag.strip():
-        raise ValidationError(f"{name}: every tag must be a non-empty string")
+        raise ValidationError(f"{name}: every tag must be a non-empty string", field=name)
     if len(tag) > MAX_TAG_CHARS:
-        raise ValidationError(f"{name}: a tag may have at most {MAX_TAG_CHARS} characters")
+        raise ValidationError(f"{name}: a tag may have at most {MAX_TAG_CHARS} characters", field=name)
     if any(ord(c) < 32 for c in tag):
-        raise ValidationError(f"{name}: a tag must not contain control characters")
+        raise ValidationError(f"{name}: a tag must not contain control characters", field=name)
     return tag
 
 
@@ -158,7 +159,7 @@ def form_tags(values: list[str]) -> tuple[str, ...]:
         try:
             return tags(json.loads(values[0]))
         except (json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
-            raise ValidationError("tags: the field looks like a JSON array but is not valid JSON") from None
+            raise ValidationError("tags: the field looks like a JSON array but is not valid JSON", field="tags") from None
     return tags(values)
 
 
@@ -176,14 +177,14 @@ def arg_int(name: str, default: int, low: int, high: int) -> int:
     return query_number(name, text, low, high)
 
 
-def query_number(name: str, text: str, low: int, high: int) -> int:
+def query_number(name: str, text: str, low: int, high: int, field: str | None = None) -> int:
     """A whole number written in ASCII digits, within [low, high]. int() alone would also take "+3", " 3 " and
     other scripts' digits ("٣"), and str.isdigit takes "²", which int() refuses."""
     if not (text.isascii() and text.isdigit()):
-        raise ValidationError(f"{name} must be an integer")
+        raise ValidationError(f"{name} must be an integer", field=field or name)
     digits = text.lstrip("0") or "0"  # so that int() is never asked for more digits than `high` has
     if len(digits) > len(str(high)) or not low <= int(digits) <= high:
-        raise ValidationError(f"{name} must be between {low} and {high}")
+        raise ValidationError(f"{name} must be between {low} and {high}", field=field or name)
     return int(digits)
 
 
@@ -206,12 +207,12 @@ def listing_key(name: str) -> tuple[str, int] | None:
         return None
     stamp, comma, ident = text.rpartition(",")
     if not comma or not _STORED_TIME.fullmatch(stamp):
-        raise ValidationError(f"{name} must be <updated_at>,<id> of a listed document, e.g. 2026-04-01T08:00:00.000Z,42")
+        raise ValidationError(f"{name} must be <updated_at>,<id> of a listed document, e.g. 2026-04-01T08:00:00.000Z,42", field=name)
     try:
         parse_iso(stamp, name)
     except ValidationError:
-        raise ValidationError(f"{name} holds a time that does not exist: {stamp!r}") from None
-    return stamp, query_number(f"{name}'s id", ident, 1, 2**63 - 1)
+        raise ValidationError(f"{name} holds a time that does not exist: {stamp!r}", field=name) from None
+    return stamp, query_number(f"{name}'s id", ident, 1, 2**63 - 1, field=name)
 
 
 def arg_bool(name: str, default: bool) -> bool:
@@ -223,7 +224,7 @@ def arg_bool(name: str, default: bool) -> bool:
         return True
     if lowered in ("0", "false", "no"):
         return False
-    raise ValidationError(f"{name} must be true or false")
+    raise ValidationError(f"{name} must be true or false", field=name)
 
 
 def changed_by(body: Mapping[str, Any]) -> str | None:
@@ -237,15 +238,15 @@ MAX_VERSIONS = 10_000
 def versions(value: Any) -> list[dict[str, Any]]:
     """`versions`: a note's earlier versions, each {version, title, text, tags, updated_at, changed_by?}."""
     if not isinstance(value, list) or len(value) > MAX_VERSIONS:
-        raise ValidationError(f"versions must be a list of at most {MAX_VERSIONS} versions")
+        raise ValidationError(f"versions must be a list of at most {MAX_VERSIONS} versions", field="versions")
     checked: list[dict[str, Any]] = []
     for index, item in enumerate(value):
         where = f"versions[{index}]"
         if not isinstance(item, dict):
-            raise ValidationError(f"{where} must be an object")
+            raise ValidationError(f"{where} must be an object", field=where)
         number = item.get("version")
         if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= 2**31 - 2:
-            raise ValidationError(f"{where}.version must be a positive integer")
+            raise ValidationError(f"{where}.version must be a positive integer", field=f"{where}.version")
         try:
             checked.append({
                 "version": number,
@@ -256,7 +257,7 @@ def versions(value: Any) -> list[dict[str, Any]]:
                 "changed_by": changed_by(item),
             })
         except ValidationError as exc:
-            raise ValidationError(f"{where}.{exc.message}") from None
+            raise ValidationError(f"{where}.{exc.message}", field=f"{where}.{exc.field}" if exc.field else where) from None
     if len({item["version"] for item in checked}) != len(checked):
-        raise ValidationError("versions: each version number may appear once")
+        raise ValidationError("versions: each version number may appear once", field="versions")
     return checked
