@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from kb_bridge import control_chars, request_id
-from kb_bridge.redaction import NO_SECRETS, Redactor
+from kb_bridge.redaction import MASK, NO_SECRETS, Redactor
 
 FIELDS = "fields"
 # The logger of the bridge's access lines (access_log.py), named here because its lines are redacted apart.
@@ -30,6 +31,16 @@ ACCESS_LOGGER = "kb_bridge.access"
 # beyond ASCII becomes an escape), and the secret in such a path was written whole.
 _redact: Redactor = NO_SECRETS
 
+# Credentials the process cannot know by value, in a path a client pasted one into: a JWT (an OAuth access token:
+# the bridge keeps only the issuer's keys) and a token as `kb-bridge token new` makes them (token_urlsafe(32): 43
+# characters; the tokens file keeps only its digest). A run of 32 or more URL-safe characters mixing upper case,
+# lower case and digits is taken for one; no path the bridge serves holds such a run (collection names are lower
+# case, ids are digits), and a person reading the log needs none of it.
+_TOKEN_SHAPED = re.compile(
+    r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"
+    r"|(?<![A-Za-z0-9_-])(?=[A-Za-z0-9_-]*[A-Z])(?=[A-Za-z0-9_-]*[a-z])(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{32,}"
+)
+
 
 def _cheap(record: logging.LogRecord) -> bool:
     """An access line, redacted field by field (its path) rather than whole."""
@@ -37,12 +48,12 @@ def _cheap(record: logging.LogRecord) -> bool:
 
 
 def _with_path_redacted(record: logging.LogRecord, fields: dict[str, Any]) -> dict[str, Any]:
-    if not (_redact and _cheap(record)):
+    if not _cheap(record):
         return fields
     path = fields.get("path")
     if not isinstance(path, str):
         return fields
-    clean = _redact(path)
+    clean = _TOKEN_SHAPED.sub(MASK, _redact(path))
     return fields if clean == path else {**fields, "path": clean}
 
 

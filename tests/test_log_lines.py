@@ -60,3 +60,24 @@ def test_a_plain_text_traceback_still_follows_on_lines_of_its_own() -> None:
         record = logging.LogRecord("kb", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
     lines = logs.TextFormatter().format(record).splitlines()
     assert lines[0].endswith("kb: failed") and lines[1].startswith("Traceback") and lines[-1] == "ValueError: boom"
+
+
+JWT = ("eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.eyJzdWIiOiJhZ2VudCIsImF1ZCI6Imh0dHA6Ly8xMjcuMC4wLjEvbWNwIn0"
+       ".c2lnbmF0dXJlLW9mLXRoZS1pc3N1ZXI")
+
+
+@pytest.mark.parametrize("formatter", [logs.JsonFormatter, logs.TextFormatter])
+@pytest.mark.parametrize("token", [JWT, "Xq3vN0c_f8-Lm2PzR7tYk4aWbE1sDg9hJ5uC6oIeQnA"], ids=["JWT", "named token"])
+def test_a_token_the_bridge_knows_only_by_digest_is_written_as_stars_in_a_request_path(
+        formatter: type[logging.Formatter], token: str) -> None:
+    """A JWT or a named token pasted into a URL: the bridge keeps only the issuer's keys or the token's digest, so
+    it cannot look for the value as it does for its own keys; a path segment shaped as one is written as stars."""
+    line = formatter().format(access_record(f"/mcp/{token}/x"))
+    assert token[8:40] not in line and "/mcp/***/x" in line, line
+
+
+@pytest.mark.parametrize("path", ["/console/collections/customer-support-knowledge-base-2026-archive",
+                                  "/console/documents/12345678901234567890123456789012345",
+                                  "/.well-known/oauth-protected-resource/mcp", "/console/tags"])
+def test_a_path_of_the_bridges_own_is_written_as_it_came(path: str) -> None:
+    assert json.loads(logs.JsonFormatter().format(access_record(path)))["path"] == path
