@@ -23,7 +23,7 @@ from kb_bridge.cli.exits import FAILED, OK, add_command
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.digits import id_number
 from kb_bridge.settings import Settings
-from kb_bridge.tools import registry
+from kb_bridge.tools import registry, render
 from kb_bridge.tools.arguments import LARGEST_ID
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.uploads.factory import make_upload_store
@@ -185,12 +185,11 @@ def _get(ctx: ToolContext, args: argparse.Namespace) -> int:
               "engine before 3.9).")
         return OK
     tags = ", ".join(document["tags"]) or "-"
-    # One line, whatever a client writing to the engine directly stored (the bridge refuses line breaks in titles).
-    title = " ".join((document["title"] or document["source_path"] or f"Document {document['id']}").splitlines())
+    title = render.one_line(document["title"] or document["source_path"] or f"Document {document['id']}")
     print(printable(f"# {title}\n"))
     print(printable(f"id {document['id']} · {document['doc_type'] or '?'} · collection {document['collection'] or '-'}"
                     f" · tags {tags} · version {document['version']}"))
-    source = " ".join((document["source_path"] or "-").splitlines())
+    source = render.one_line(document["source_path"] or "-")
     print(printable(f"source {source} · updated {document['updated_at'] or '?'}\n"))
     print(printable(document.get("content") or ""))
     return OK

@@ -20,7 +20,7 @@ from kb_bridge.auth.principal import Principal
 from kb_bridge.client.engine import EngineClient
 from kb_bridge.digits import id_number
 from kb_bridge.errors import InvalidArgument, NotFound
-from kb_bridge.tools import cursors, reach
+from kb_bridge.tools import cursors, reach, render
 
 SCHEME = "kb"
 MARKDOWN = "text/markdown"
@@ -117,18 +117,18 @@ def _meta_line(doc: dict[str, Any]) -> str:
     tags = ", ".join(doc["tags"]) or "-"
     return (
         f"- id {doc['id']} · {doc['doc_type'] or '?'} · collection {doc['collection'] or '-'} · tags {tags}\n"
-        f"- source {_one_line(doc['source_path'] or '-')} · version {doc['version'] or '?'} · "
+        f"- source {render.one_line(doc['source_path'] or '-')} · version {doc['version'] or '?'} · "
         f"created {doc['created_at'] or '?'} · updated {doc['updated_at'] or '?'}"
     )
 
 
 def document_markdown(doc: dict[str, Any]) -> str:
-    title = _one_line(doc["title"] or doc["source_path"] or f"Document {doc['id']}")
+    title = render.one_line(doc["title"] or doc["source_path"] or f"Document {doc['id']}")
     return f"# {title}\n\n{_meta_line(doc)}\n\n{doc['content'] or ''}\n"
 
 
 def chunk_markdown(chunk: dict[str, Any]) -> str:
-    title = _one_line(chunk["title"] or chunk["source_path"] or f"document {chunk['document_id']}")
+    title = render.one_line(chunk["title"] or chunk["source_path"] or f"document {chunk['document_id']}")
     return (
         f"# Chunk {chunk['chunk_id']} of {title}\n\n"
         f"- {document_uri(chunk['document_id'])} · chunk index {chunk['chunk_index']} · "
@@ -152,10 +152,5 @@ def _link_text(title: str) -> str:
     """A stored title as a Markdown link's text: its brackets and backslashes escaped and its line breaks made
     spaces, so that a title such as `Pay here](https://example.invalid) [x` stays text in the link to its document
     instead of making a link of its own in a listing the bridge writes."""
-    return re.sub(r"([\\\[\]])", r"\\\1", _one_line(title))
+    return re.sub(r"([\\\[\]])", r"\\\1", render.one_line(title))
 
-
-def _one_line(text: str) -> str:
-    """A stored title or source on one line: the bridge refuses line breaks in them, but a client writing to the
-    engine directly can store one, which would end a `# title` heading and start the document's text early."""
-    return " ".join(text.splitlines())

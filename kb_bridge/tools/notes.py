@@ -185,7 +185,7 @@ def render_addnote(result: Result) -> str:
         text = (f"Note queued as job {result['job_id']} ({result['status']}) {where}."
                 " It becomes searchable when the job is done (kb_jobs).")
     if result["similar"]:
-        lines = [f"- #{s['document_id']} {render.clip(s['title'], 80)} (score {s['score']}): {s['snippet']}"
+        lines = [f"- #{s['document_id']} {render.title(s['title'])} (score {s['score']}): {s['snippet']}"
                  for s in result["similar"]]
         text += "\nSimilar notes (to change one instead, use kb_update_note):\n" + "\n".join(lines)
     return text

@@ -80,7 +80,7 @@ def render_related(result: Result) -> str:
     for hit in result["results"]:
         score = f"{hit['score']:.3f}" if isinstance(hit.get("score"), (int, float)) else "-"
         lines.append(
-            f"\n- {render.clip(hit.get('title') or '(untitled)', 80)} — document #{hit['document_id']} chunk #{hit['chunk_id']}"
+            f"\n- {render.title(hit.get('title') or '(untitled)')} — document #{hit['document_id']} chunk #{hit['chunk_id']}"
             f" score {score}\n{render.clip(hit['text'], 800)}"
         )
         context = hit.get("context") or {}

@@ -15,10 +15,21 @@ def clip(text: str | None, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def one_line(text: str) -> str:
+    """A stored title or source on one line. The bridge refuses line breaks in them, but a client writing to the
+    engine directly can store one, which would end the line (a list item, a `# title` heading) that shows it."""
+    return " ".join(text.splitlines())
+
+
+def title(text: str | None, limit: int = 80) -> str:
+    """A title as a result line shows it: on one line, clipped."""
+    return clip(one_line(text or ""), limit)
+
+
 def document_line(doc: Mapping[str, Any]) -> str:
     tags = ", ".join(doc.get("tags") or []) or "-"
     return (
-        f"- #{doc['id']} {clip(doc.get('title') or doc.get('source_path') or '(untitled)', 80)}"
+        f"- #{doc['id']} {title(doc.get('title') or doc.get('source_path') or '(untitled)')}"
         f" [{doc.get('doc_type') or '?'}] collection={doc.get('collection') or '-'} tags={tags}"
         f" v{doc.get('version') or '?'} updated {doc.get('updated_at') or '?'}"
     )
@@ -50,10 +61,10 @@ def search_results(result: Mapping[str, Any]) -> str:
     lines = [head]
     for i, hit in enumerate(hits, 1):
         score = f"{hit['score']:.4f}" if isinstance(hit.get("score"), (int, float)) else "-"
-        title = clip(hit.get("title") or hit.get("source_path") or "(untitled)", 80)
+        name = title(hit.get("title") or hit.get("source_path") or "(untitled)")
         tags = ", ".join(hit.get("tags") or [])
         lines.append(
-            f"\n{i}. {title} — document #{hit['document_id']} chunk #{hit['chunk_id']} score {score}"
+            f"\n{i}. {name} — document #{hit['document_id']} chunk #{hit['chunk_id']} score {score}"
             f" collection={hit.get('collection') or '-'}{' tags=' + tags if tags else ''}\n{clip(hit['text'], 1500)}"
         )
     return "\n".join(lines)
