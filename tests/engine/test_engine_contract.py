@@ -216,3 +216,17 @@ def test_a_refusal_names_its_field_only_when_it_concerns_one(client: FlaskClient
     assert times.status_code == 422 and times.json["error"]["field"] == "updated_at", times.json
     both = client.patch(f"{API}/documents/{note['id']}/tags", json={"add": ["x"], "remove": ["x"]})
     assert both.status_code == 422 and both.json["error"]["field"] == "remove", both.json
+
+
+@pytest.mark.both_stores
+def test_vector_hits_of_equal_score_come_in_chunk_id_order_on_every_store(vclient: FlaskClient) -> None:
+    """Identical notes share one vector: SQLite's vector index answered them newest first (6, 5, 4, ...) where
+    PostgreSQL answered 1, 2, 3, ..., in vector search and in related chunks alike."""
+    chunks = [add_note(vclient, "Descaling the kettle with vinegar.", title="Kettle")["chunks"][0]["id"]
+              for _ in range(5)]
+    hits = vclient.post(f"{API}/search", json={"query": "kettle limescale", "mode": "vector"}).json["results"]
+    assert len({hit["score"] for hit in hits}) == 1
+    assert [hit["chunk_id"] for hit in hits] == sorted(chunks)
+    related = vclient.get(f"{API}/chunks/{chunks[-1]}/related?top_n=10").json["results"]
+    assert len({hit["score"] for hit in related}) == 1
+    assert [hit["chunk_id"] for hit in related] == sorted(chunks[:-1])

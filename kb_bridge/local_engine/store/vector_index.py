@@ -147,7 +147,7 @@ class VectorIndex:
         found, matrix = self.vectors_of(list(chunk_ids))
         if not found:
             return {}
-        scores = matrix @ np.asarray(query, dtype=np.float32)
+        scores = _cosines(matrix, query)
         return {chunk_id: float(score) for chunk_id, score in zip(found, scores, strict=True)}
 
     def search(self, query: np.ndarray, k: int, allowed: Sequence[int] | None = None,
@@ -177,9 +177,12 @@ class VectorIndex:
         found, matrix = self.vectors_of(chunk_ids)
         if not found:
             return []
-        scores = matrix @ np.asarray(query, dtype=np.float32)
+        scores = _cosines(matrix, query)
         best = np.argpartition(-scores, k - 1)[:k] if len(found) > k else np.arange(len(found))
-        order = best[np.argsort(-scores[best], kind="stable")]
+        # Equal scores by the lower chunk id, as the API promises and PostgreSQL answers: usearch's own order
+        # (the graph's) put the newest of identical notes first.
+        ids = np.asarray(found, dtype=np.int64)
+        order = best[np.lexsort((ids[best], -scores[best]))]
         return [(found[i], float(scores[i])) for i in order]
 
     # --- on disk ---------------------------------------------------------------------------------------------
@@ -221,6 +224,13 @@ class VectorIndex:
             return None
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # the stub lacks the property's setter
         return cls(dim, index, exact_below)
+
+
+def _cosines(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each row's product with the query, summed the same way for every row: a BLAS product (`@`) sums rows
+    in blocks and a leftover row another way, so identical vectors scored a unit in the last place apart,
+    and which came first depended on where they sat in the matrix (not on their chunk ids)."""
+    return np.einsum("ij,j->i", matrix, np.asarray(query, dtype=np.float32))
 
 
 def temporary_files(path: Path) -> tuple[Path, Path]:
