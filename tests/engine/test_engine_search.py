@@ -282,3 +282,14 @@ def test_related_same_document(make_app: Callable[..., flask.Flask], model: obje
     results = response.json["results"]
     assert results and all(r["document_id"] == note["id"] and r["chunk_id"] != chunk_id for r in results)
     assert client.get(f"{API}/chunks/{chunk_id}/related").json["results"] == []
+
+
+@pytest.mark.parametrize("word", ["İstanbul", "ΟΔΟΣ", "ΣΊΣΥΦΟΣ"])
+def test_a_word_searched_as_a_document_wrote_it_finds_that_document(client: FlaskClient, word: str) -> None:
+    """Python's lower() made "i̇stanbul" of the query's "İstanbul" (the analyzer then split off its combining
+    dot) and a final sigma of "ΟΔΟΣ"'s, which the index, lowering letter by letter, never holds."""
+    note = add_note(client, f"The ferry timetable for {word} changes in May.")
+    hits = search(client, query=word, mode="fts")["results"]
+    assert [hit["document_id"] for hit in hits] == [note["id"]]
+    start, end = hits[0]["snippet"]["highlights"][0]
+    assert hits[0]["snippet"]["text"][start:end] == word

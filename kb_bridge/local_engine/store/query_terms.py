@@ -1,8 +1,8 @@
 """A user's query as search words: the same words for every full-text backend.
 
-User queries never reach a full-text engine as syntax. They are cut into word tokens (lower-cased,
-without duplicates); common English function words are dropped when the query has other words ("to be or
-not to be" still searches for itself); at most MAX_TERMS words are kept.
+User queries never reach a full-text engine as syntax. They are cut into word tokens (without duplicates,
+ignoring case: the index's analyzer lower-cases them); common English function words are dropped when the
+query has other words ("to be or not to be" still searches for itself); at most MAX_TERMS words are kept.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ STOPWORDS = frozenset(
 
 
 def query_words(query: str) -> list[str]:
-    """The query's searchable words, in order, without duplicates."""
-    tokens = list(dict.fromkeys(token.lower() for token in _TOKEN.findall(query)))
-    words = [token for token in tokens if token not in STOPWORDS] or tokens
+    """The query's searchable words, in order, without duplicates (ignoring case), as the query wrote them.
+
+    Not lower-cased here: the full-text analyzer lower-cases them as it does the indexed text, and Python's
+    lower() differs from it. "İstanbul" became "i̇stanbul", whose combining dot the analyzer split off
+    ("i", "stanbul"), and "ΟΔΟΣ" took a final sigma ("οδος") the index, lowering letter by letter, had not
+    ("οδοσ"): a query for a word exactly as a document wrote it did not find that document."""
+    found: dict[str, str] = {}
+    for token in _TOKEN.findall(query):
+        found.setdefault(token.lower(), token)
+    words = [token for lowered, token in found.items() if lowered not in STOPWORDS] or list(found.values())
     return words[:MAX_TERMS]
