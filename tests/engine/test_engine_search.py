@@ -10,6 +10,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from kb_bridge.local_engine.app import engine_of
+from kb_bridge.local_engine.clock import now_iso
 from kb_bridge.local_engine.store.base import DocumentFilter
 from kb_bridge.local_engine.store.sqlite import documents as sqlite_documents
 from kb_bridge.local_engine.store.text_index import TextIndex
@@ -293,3 +294,25 @@ def test_a_word_searched_as_a_document_wrote_it_finds_that_document(client: Flas
     assert [hit["document_id"] for hit in hits] == [note["id"]]
     start, end = hits[0]["snippet"]["highlights"][0]
     assert hits[0]["snippet"]["text"][start:end] == word
+
+
+@pytest.mark.parametrize("mode", ["fts", "vector", "hybrid"])
+def test_a_hit_moved_out_of_the_filter_while_the_search_runs_is_left_out(
+        vector_app: flask.Flask, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """A search ranks in the indexes, then reads its hits from the database: a document re-tagged in between
+    (another request, another replica) came back with its new tags under the old filter, so a token limited to
+    collection:a was shown a document now in collection:b."""
+    client = vector_app.test_client()
+    note = add_note(client, "Kingfishers nest in burrows dug into sandy river banks.", tags=["collection:a"])
+    store = engine_of(vector_app).store
+    read = store.get_chunks
+
+    def moved_first(chunk_ids: list[int]) -> dict[int, dict[str, object]]:
+        monkeypatch.setattr(store, "get_chunks", read)
+        store.patch_tags(note["id"], ["collection:b"], ["collection:a"], None, now_iso())
+        return read(chunk_ids)
+
+    monkeypatch.setattr(store, "get_chunks", moved_first)
+    hits = search(client, query="kingfishers river banks", mode=mode, tags=["collection:a"])["results"]
+    assert hits == []
+    assert store.get_chunks([note["chunks"][0]["id"]])[note["chunks"][0]["id"]]["tags"] == ["collection:b"]

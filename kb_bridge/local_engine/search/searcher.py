@@ -67,7 +67,10 @@ class Searcher:
             query_vector = embedder.submit_query(request.query)  # on the query thread, while BM25 runs here
         ranked = self._rank(request, mode, query_vector)[: request.top_n]
         chunks = self._store.get_chunks([chunk_id for chunk_id, _ in ranked])
-        results = [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked if chunk_id in chunks]
+        # Read after ranking: a document re-tagged (moved to another collection), re-dated or deleted since the
+        # indexes ranked it is left out rather than answered, as it now is, under a filter it no longer meets.
+        results = [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked
+                   if chunk_id in chunks and request.where.allows(chunks[chunk_id])]
         passages = snippets(self._store, request.query, [str(hit["text"]) for hit in results])
         return {
             "query": request.query,

@@ -106,6 +106,22 @@ class DocumentFilter:
     def is_empty(self) -> bool:
         return not (self.tags or self.doc_type or self.source_path or self.time_bounds())
 
+    def allows(self, document: Mapping[str, object]) -> bool:
+        """Whether a document (or a chunk), as the API answers it, meets every criterion, as the stores'
+        SQL compares them (times as text)."""
+        tags = document.get("tags")
+        held = set(tags) if isinstance(tags, list) else set()
+        if not held.issuperset(self.tags):
+            return False
+        if any(value is not None and document.get(name) != value
+               for name, value in (("doc_type", self.doc_type), ("source_path", self.source_path))):
+            return False
+        for column, operator, bound in self.time_bounds():
+            stamp = document.get(column)
+            if not isinstance(stamp, str) or not (stamp >= bound if operator == ">=" else stamp < bound):
+                return False
+        return True
+
     def time_bounds(self) -> list[tuple[str, str, str]]:
         """(column, SQL operator, bound) of each given time bound."""
         bounds = (("created_at", ">=", self.created_after), ("created_at", "<", self.created_before),
