@@ -17,7 +17,7 @@ from mcp import Client
 from kb_bridge.auth.principal import Principal
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools import browse, cursors
+from kb_bridge.tools import browse, cursors, search
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.testing.fake_engine import API, make_settings
 from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job
@@ -361,6 +361,23 @@ def test_merged_paging_over_two_collections_never_skips_or_repeats_while_notes_c
     assert changed == [13, 12, 11, 10, 9, 8]
     tags = [query_of(call.request.url)["tag"] for call in engine.calls]
     assert ["collection:secret"] not in tags and all(len(t) == 1 for t in tags)
+
+
+def test_a_limited_tokens_search_leaves_out_a_hit_the_engine_answers_from_another_collection(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """The engine filters by the token's collection tag, but a document moved out while the search ran (an
+    engine that read its hits after ranking answered it with its new tags), or one also tagged into another
+    collection that sorts first (kb_get refuses it), was shown: kb_search holds hits to kb_get's reach."""
+    mem = Principal("mem", collections=frozenset({"mem"}), kind="token")
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=mem)
+    engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": [
+        chunk(1, 1, score=0.9, tags=["collection:secret"]),
+        chunk(2, 2, score=0.8, tags=["collection:alpha", "collection:mem"]),
+        chunk(3, 3, score=0.5, tags=["collection:mem"]),
+    ]})
+    result = search.search(ctx, search.SearchArguments(query="q"))
+    assert [hit["document_id"] for hit in result["results"]] == [3]
+    assert body(engine.calls[0])["tags"] == ["collection:mem"]
 
 
 # --- kb_delete -----------------------------------------------------------------------------------------
