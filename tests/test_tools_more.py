@@ -380,6 +380,19 @@ def test_a_limited_tokens_search_leaves_out_a_hit_the_engine_answers_from_anothe
     assert body(engine.calls[0])["tags"] == ["collection:mem"]
 
 
+def test_a_search_over_two_collections_returns_a_chunk_found_in_both_once(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """A document tagged into both of a token's collections is found by the search of each: it came back twice."""
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    both = chunk(1, 1, score=0.9, tags=["collection:mem", "collection:notes"])
+    engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": [both]})
+    engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": [
+        both, chunk(2, 2, score=0.5, tags=["collection:notes"])]})
+    result = search.search(ctx, search.SearchArguments(query="q"))
+    assert [hit["chunk_id"] for hit in result["results"]] == [1, 2]
+    assert [body(call)["tags"] for call in engine.calls] == [["collection:mem"], ["collection:notes"]]
+
+
 # --- kb_delete -----------------------------------------------------------------------------------------
 
 

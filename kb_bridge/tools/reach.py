@@ -138,12 +138,19 @@ def collections_to_search(principal: Principal, requested: str | None) -> list[s
 
 
 def merged_by_score(batches: Sequence[list[dict[str, Any]]], top: int) -> list[dict[str, Any]]:
-    """The best `top` hits of several searches' hits (each best first)."""
+    """The best `top` hits of several searches' hits (each best first), each chunk once: a document tagged into
+    two of the collections searched is found by both searches."""
     if len(batches) == 1:
         return batches[0][:top]
     hits = [hit for batch in batches for hit in batch]
     hits.sort(key=_score, reverse=True)
-    return hits[:top]
+    seen: set[object] = set()
+    merged = []
+    for hit in hits:
+        if hit.get("chunk_id") not in seen:
+            seen.add(hit.get("chunk_id"))
+            merged.append(hit)
+    return merged[:top]
 
 
 def _score(hit: dict[str, Any]) -> float:
