@@ -393,6 +393,18 @@ def test_a_search_over_two_collections_returns_a_chunk_found_in_both_once(
     assert [body(call)["tags"] for call in engine.calls] == [["collection:mem"], ["collection:notes"]]
 
 
+def test_a_search_over_two_collections_orders_equal_scores_by_chunk_id_as_the_engine_does(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """The merge kept equal scores in the order of the collections' names: mem's chunk 5 before notes' 3."""
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": [
+        chunk(5, 5, score=0.5, tags=["collection:mem"]), chunk(6, 6, score=0.4, tags=["collection:mem"])]})
+    engine.post(f"{API}/search", json={"query": "q", "mode": "hybrid", "results": [
+        chunk(3, 3, score=0.5, tags=["collection:notes"]), chunk(9, 9, score=0.5, tags=["collection:notes"])]})
+    result = search.search(ctx, search.SearchArguments(query="q"))
+    assert [hit["chunk_id"] for hit in result["results"]] == [3, 5, 9, 6]
+
+
 # --- kb_delete -----------------------------------------------------------------------------------------
 
 

@@ -143,7 +143,8 @@ def merged_by_score(batches: Sequence[list[dict[str, Any]]], top: int) -> list[d
     if len(batches) == 1:
         return batches[0][:top]
     hits = [hit for batch in batches for hit in batch]
-    hits.sort(key=_score, reverse=True)
+    # Equal scores by the lower chunk id, as the engine orders each batch (not by collection name).
+    hits.sort(key=lambda hit: (-_score(hit), _chunk_id(hit)))
     seen: set[object] = set()
     merged = []
     for hit in hits:
@@ -156,6 +157,11 @@ def merged_by_score(batches: Sequence[list[dict[str, Any]]], top: int) -> list[d
 def _score(hit: dict[str, Any]) -> float:
     score = hit.get("score")
     return float(score) if isinstance(score, (int, float)) else float("-inf")
+
+
+def _chunk_id(hit: dict[str, Any]) -> int:
+    chunk_id = hit.get("chunk_id")
+    return chunk_id if isinstance(chunk_id, int) else 0
 
 
 # --- pages of documents ------------------------------------------------------------------------
