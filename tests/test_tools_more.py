@@ -17,7 +17,7 @@ from mcp import Client
 from kb_bridge.auth.principal import Principal
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools import browse, cursors, search
+from kb_bridge.tools import browse, cursors, related, search
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.testing.fake_engine import API, make_settings
 from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job
@@ -432,6 +432,36 @@ async def test_related_by_chunk_with_neighbouring_context(client: Client, engine
     hit = result.structured_content["results"][0]
     assert hit["chunk_id"] == 22 and hit["context"] == {"before": "before text", "after": "after text"}
     assert result.structured_content["source"] == {"chunk_id": 11, "document_id": 1}
+
+
+def test_a_limited_tokens_related_chunks_are_asked_within_each_of_its_collections(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """An engine asked once for five times `top` and the token's hits kept could leave a small collection beside a
+    large one with few related chunks or none; engine 3.16 filters `…/related` by tag, one call per collection,
+    merged by score as kb_search merges."""
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    engine.get(f"{API}/chunks/11", json=chunk(11, 1, tags=["collection:mem"]))
+    engine.get(f"{API}/chunks/11/related", json={"tags": ["collection:mem"], "results": [
+        chunk(21, 2, score=0.6, tags=["collection:mem"]), chunk(22, 3, score=0.4, tags=["collection:alpha", "collection:mem"])]})
+    engine.get(f"{API}/chunks/11/related", json={"tags": ["collection:notes"], "results": [
+        chunk(31, 4, score=0.7, tags=["collection:notes"]), chunk(32, 5, score=0.3, tags=["collection:notes"])]})
+    result = related.related(ctx, related.RelatedArguments(chunk_id=11, top=3))
+    assert [hit["chunk_id"] for hit in result["results"]] == [31, 21, 32]  # 22 is alpha's, as kb_get has it
+    asked = [query(call) for call in engine.calls[1:]]
+    assert asked == [{"top_n": ["3"], "tag": ["collection:mem"]}, {"top_n": ["3"], "tag": ["collection:notes"]}]
+
+
+def test_a_limited_tokens_related_chunks_from_an_engine_that_cannot_filter_them_are_asked_for_more_and_kept(
+        bridge: Bridge, engine: responses.RequestsMock) -> None:
+    """An engine before 3.16 ignores `tag` (its answer names none): asked once more, for five times `top`, unfiltered."""
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=MEM_AND_NOTES)
+    engine.get(f"{API}/chunks/11", json=chunk(11, 1, tags=["collection:mem"]))
+    engine.get(f"{API}/chunks/11/related", json={"results": [chunk(41, 6, score=0.9, tags=["collection:secret"])]})
+    engine.get(f"{API}/chunks/11/related", json={"results": [
+        chunk(41, 6, score=0.9, tags=["collection:secret"]), chunk(21, 2, score=0.6, tags=["collection:mem"])]})
+    result = related.related(ctx, related.RelatedArguments(chunk_id=11, top=3))
+    assert [hit["chunk_id"] for hit in result["results"]] == [21]
+    assert [query(call) for call in engine.calls[1:]] == [{"top_n": ["3"], "tag": ["collection:mem"]}, {"top_n": ["15"]}]
 
 
 async def test_related_by_document_uses_its_first_chunk(client: Client, engine: responses.RequestsMock) -> None:

@@ -336,11 +336,16 @@ class EngineClient:
         path = f"{API}/chunks/{segment(chunk_id)}"
         return self._json(Call("GET", path, "GET /chunks/{id}", f"chunk {chunk_id}", retry_safe=True))
 
-    def related_chunks(self, chunk_id: int, top_n: int, same_document: bool = False) -> dict[str, Any]:
+    def related_chunks(self, chunk_id: int, top_n: int, same_document: bool = False,
+                       tags: Sequence[str] = ()) -> dict[str, Any]:
+        """`tags` (engine 3.16): only chunks of documents carrying all of them; the answer's `tags` says they were
+        applied (an engine before ignores them)."""
         path = f"{API}/chunks/{segment(chunk_id)}/related"
         params: dict[str, Any] = {"top_n": top_n}
         if same_document:
             params["same_document"] = "true"
+        if tags:
+            params["tag"] = list(tags)
         return self._json(Call("GET", path, "GET /chunks/{id}/related", f"chunk {chunk_id}", retry_safe=True, params=params))
 
     # --- the machinery ----------------------------------------------------------------------

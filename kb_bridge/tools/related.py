@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kb_bridge import shapes
+from kb_bridge import collection_tags, shapes
 from kb_bridge.errors import Conflict, EngineUnsupported, InvalidArgument, NotFound
 from kb_bridge.tools import arguments as a
 from kb_bridge.tools import reach, render
 from kb_bridge.tools.spec import Result, ToolContext, ToolSpec
 
-# How many more related chunks a collection-limited token asks the engine for, to keep enough after
-# leaving out the other collections' (bounded by the engine's top_n limit).
+# How many more related chunks a collection-limited token asks an engine before 3.16 for (one that cannot filter
+# them by tag), to keep enough after leaving out the other collections' (bounded by the engine's top_n limit).
 OVERFETCH = 5
 MAX_ASKED = 100
 
@@ -42,18 +42,35 @@ def related(ctx: ToolContext, args: RelatedArguments) -> Result:
     else:
         raise InvalidArgument("chunk_id", "give exactly one of chunk_id or document_id")
     source = shapes.chunk(reach.visible_chunk(ctx.engine, ctx.principal, chunk_id))
-    # A limited token asks for more, then keeps the hits in its own collections.
-    asked = min(MAX_ASKED, args.top * OVERFETCH) if ctx.principal.limited else args.top
     try:
-        raw = ctx.engine.related_chunks(chunk_id, asked)
+        hits = _within_reach(ctx, chunk_id, args.top) if ctx.principal.limited else _hits(ctx, chunk_id, args.top)
     except Conflict:
         raise EngineUnsupported("related chunks need the engine's vector index, and it has none (full-text only)") from None
-    hits = [shapes.chunk(hit) for hit in shapes.listed(raw, "results")]
-    hits = [hit for hit in hits if ctx.principal.sees(hit["collection"])][: args.top]
     documents: dict[int, list[dict[str, Any]]] = {}
     for hit in hits:
         hit["context"] = _context(ctx, hit, documents) if args.context else None
     return {"source": {"chunk_id": source["chunk_id"], "document_id": source["document_id"]}, "results": hits}
+
+
+def _hits(ctx: ToolContext, chunk_id: int, top: int, tag: str | None = None) -> list[dict[str, Any]]:
+    raw = ctx.engine.related_chunks(chunk_id, top, tags=(tag,) if tag else ())
+    if tag is not None and raw.get("tags") != [tag]:
+        raise EngineUnsupported("related chunks within a collection need engine 3.16")
+    return [shapes.chunk(hit) for hit in shapes.listed(raw, "results")]
+
+
+def _within_reach(ctx: ToolContext, chunk_id: int, top: int) -> list[dict[str, Any]]:
+    """A limited token's related chunks: the engine asked within each of its collections (3.16), merged by score as
+    kb_search merges; an engine before asked once for more, and the hits in the token's collections kept, which
+    could leave a small collection beside a large one with fewer than it holds. A hit kb_get would refuse (moved
+    out meanwhile, or tagged into another collection too) is left out either way."""
+    try:
+        batches = [_hits(ctx, chunk_id, top, collection_tags.tag_for(str(name)))
+                   for name in reach.collections_to_search(ctx.principal, None)]
+    except EngineUnsupported:
+        batches = [_hits(ctx, chunk_id, min(MAX_ASKED, top * OVERFETCH))]
+    return reach.merged_by_score([[hit for hit in batch if ctx.principal.sees(hit["collection"])] for batch in batches],
+                                 top)
 
 
 def _first_chunk(ctx: ToolContext, document_id: int) -> int:

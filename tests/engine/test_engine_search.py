@@ -269,6 +269,26 @@ def test_related_chunks(vclient: FlaskClient) -> None:
     assert vclient.get(f"{API}/chunks/{chunk_id}/related", query_string={"top_n": 0}).status_code == 422
 
 
+def test_related_within_tags_finds_the_filters_chunks_behind_nearer_ones_and_says_so(vclient: FlaskClient) -> None:
+    """3.16: `…/related?tag=` ranks only the chunks of documents with every tag, and the answer names the tags it
+    applied (an engine before ignored the parameter, and a client limited to a collection had to ask for more)."""
+    source = add_note(vclient, "Knead the bread dough, let it rise, then bake the loaf.", tags=["collection:a"])
+    nearer = [add_note(vclient, f"Bread dough needs kneading and a warm place to rise ({n}).", tags=["collection:a"])
+              for n in range(3)]
+    farther = add_note(vclient, "Jupiter's moons include Io and Europa.", tags=["collection:b", "space"])
+    chunk_id = source["chunks"][0]["id"]
+    plain = vclient.get(f"{API}/chunks/{chunk_id}/related", query_string={"top_n": 2}).json
+    assert "tags" not in plain and {r["document_id"] for r in plain["results"]} <= {n["id"] for n in nearer}
+    within = vclient.get(f"{API}/chunks/{chunk_id}/related", query_string=[("top_n", 2), ("tag", "collection:b"),
+                                                                          ("tag", "space")]).json
+    assert within["tags"] == ["collection:b", "space"]
+    assert [r["document_id"] for r in within["results"]] == [farther["id"]]
+    none = vclient.get(f"{API}/chunks/{chunk_id}/related", query_string=[("tag", "collection:b"), ("tag", "absent")])
+    assert none.json["results"] == [] and none.json["tags"] == ["collection:b", "absent"]
+    refused = vclient.get(f"{API}/chunks/{chunk_id}/related", query_string={"tag": "tab\there"})
+    assert refused.status_code == 422 and refused.json["error"]["field"] == "tag"
+
+
 def test_related_same_document(make_app: Callable[..., flask.Flask], model: object) -> None:
     client = make_app(model=model, chunk_chars=200, chunk_overlap=0).test_client()
     text = "\n\n".join([

@@ -20,7 +20,7 @@ def list_documents() -> dict[str, object]:
     engine = current_engine()
     bounds = time_bounds(request.args, request.args.get("updated_since") or None)
     where = DocumentFilter(
-        tags=tuple(validation.check_tag(tag, "tag") for tag in dict.fromkeys(request.args.getlist("tag"))),
+        tags=validation.arg_tags(),
         doc_type=validation.arg_string("doc_type"),
         source_path=validation.arg_string("source_path"),
         **bounds,

@@ -48,4 +48,8 @@ def get_chunk(chunk_id: int) -> dict[str, object]:
 def related_chunks(chunk_id: int) -> dict[str, object]:
     top_n = validation.arg_int("top_n", 5, 1, MAX_TOP_N)
     same_document = validation.arg_bool("same_document", False)
-    return current_engine().searcher.related(chunk_id, top_n, same_document)
+    tags = validation.arg_tags()
+    found = current_engine().searcher.related(chunk_id, top_n, same_document, DocumentFilter(tags=tags))
+    # Says the tags were applied (3.16): an engine before ignores `tag`, and a client limited to a collection then
+    # has to ask for more and keep its own.
+    return {**found, "tags": list(tags)} if tags else found

@@ -163,6 +163,11 @@ def form_tags(values: list[str]) -> tuple[str, ...]:
     return tags(values)
 
 
+def arg_tags(name: str = "tag") -> tuple[str, ...]:
+    """A repeatable tag query parameter (`?tag=a&tag=b`: all must match), duplicates dropped, order kept."""
+    return tuple(check_tag(tag, name) for tag in dict.fromkeys(request.args.getlist(name)))
+
+
 def arg_string(name: str) -> str | None:
     """A text query parameter, None when absent or empty."""
     text = request.args.get(name)

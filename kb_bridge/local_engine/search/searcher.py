@@ -141,8 +141,9 @@ class Searcher:
         found = {chunk_id: v for chunk_id in chunk_ids if (v := self._store.vector_of(chunk_id)) is not None}
         return list(found), np.stack(list(found.values())) if found else np.zeros((0, 0), dtype=np.float32)
 
-    def related(self, chunk_id: int, top_n: int, same_document: bool) -> JSON:
-        """Chunks most similar to a stored chunk, by vector; other documents only unless same_document."""
+    def related(self, chunk_id: int, top_n: int, same_document: bool, where: DocumentFilter | None = None) -> JSON:
+        """Chunks most similar to a stored chunk, by vector, among those `where` allows (3.16: the tags of
+        `…/related?tag=`); other documents only unless same_document."""
         chunk = self._store.get_chunks([chunk_id]).get(chunk_id)
         if chunk is None:
             raise NotFound(f"chunk {chunk_id} not found")
@@ -154,6 +155,9 @@ class Searcher:
         if vector is None:
             raise NotReady(f"chunk {chunk_id} has no vector yet; the engine is still embedding stored chunks")
         exclude_document = None if same_document else int(str(chunk["document_id"]))
-        hits = self._store.search_vectors(vector, top_n, exclude_chunk=chunk_id, exclude_document=exclude_document)
+        hits = self._store.search_vectors(vector, top_n, where=where, exclude_chunk=chunk_id,
+                                          exclude_document=exclude_document)
         found = self._store.get_chunks([hit_id for hit_id, _ in hits])
-        return {"results": [{**found[hit_id], "score": score} for hit_id, score in hits if hit_id in found]}
+        # As for a search: a document moved out of the filter since the index ranked it is left out.
+        return {"results": [{**found[hit_id], "score": score} for hit_id, score in hits
+                            if hit_id in found and (where is None or where.allows(found[hit_id]))]}
