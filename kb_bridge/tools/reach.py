@@ -137,9 +137,12 @@ def collections_to_search(principal: Principal, requested: str | None) -> list[s
     return [*sorted(principal.collections or ())]
 
 
-def merged_by_score(batches: Sequence[list[dict[str, Any]]], top: int) -> list[dict[str, Any]]:
-    """The best `top` hits of several searches' hits (each best first), each chunk once: a document tagged into
-    two of the collections searched is found by both searches."""
+def merged_by_score(principal: Principal, batches: Sequence[list[dict[str, Any]]], top: int) -> list[dict[str, Any]]:
+    """The best `top` hits of several searches' hits (each best first) that the principal may see, each chunk
+    once: a document tagged into two of the collections searched is found by both searches. The engine filtered
+    by the collection's tag, but a hit kb_get would refuse (moved out while the search ran, or tagged into
+    another collection as well, which its first collection tag names) is left out."""
+    batches = [[hit for hit in batch if principal.sees(hit["collection"])] for batch in batches]
     if len(batches) == 1:
         return batches[0][:top]
     hits = [hit for batch in batches for hit in batch]

@@ -62,15 +62,13 @@ def _hits(ctx: ToolContext, chunk_id: int, top: int, tag: str | None = None) -> 
 def _within_reach(ctx: ToolContext, chunk_id: int, top: int) -> list[dict[str, Any]]:
     """A limited token's related chunks: the engine asked within each of its collections (3.16), merged by score as
     kb_search merges; an engine before asked once for more, and the hits in the token's collections kept, which
-    could leave a small collection beside a large one with fewer than it holds. A hit kb_get would refuse (moved
-    out meanwhile, or tagged into another collection too) is left out either way."""
+    could leave a small collection beside a large one with fewer than it holds."""
     try:
         batches = [_hits(ctx, chunk_id, top, collection_tags.tag_for(str(name)))
                    for name in reach.collections_to_search(ctx.principal, None)]
     except EngineUnsupported:
         batches = [_hits(ctx, chunk_id, min(MAX_ASKED, top * OVERFETCH))]
-    return reach.merged_by_score([[hit for hit in batch if ctx.principal.sees(hit["collection"])] for batch in batches],
-                                 top)
+    return reach.merged_by_score(ctx.principal, batches, top)
 
 
 def _first_chunk(ctx: ToolContext, document_id: int) -> int:
