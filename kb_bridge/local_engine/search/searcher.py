@@ -65,12 +65,7 @@ class Searcher:
             embedder = self._embedders.current()
             assert embedder is not None  # vectors_ready() said so
             query_vector = embedder.submit_query(request.query)  # on the query thread, while BM25 runs here
-        ranked = self._rank(request, mode, query_vector)[: request.top_n]
-        chunks = self._store.get_chunks([chunk_id for chunk_id, _ in ranked])
-        # Read after ranking: a document re-tagged (moved to another collection), re-dated or deleted since the
-        # indexes ranked it is left out rather than answered, as it now is, under a filter it no longer meets.
-        results = [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked
-                   if chunk_id in chunks and request.where.allows(chunks[chunk_id])]
+        results = self._read(self._rank(request, mode, query_vector)[: request.top_n], request.where)
         passages = snippets(self._store, request.query, [str(hit["text"]) for hit in results])
         return {
             "query": request.query,
@@ -141,7 +136,7 @@ class Searcher:
         found = {chunk_id: v for chunk_id in chunk_ids if (v := self._store.vector_of(chunk_id)) is not None}
         return list(found), np.stack(list(found.values())) if found else np.zeros((0, 0), dtype=np.float32)
 
-    def related(self, chunk_id: int, top_n: int, same_document: bool, where: DocumentFilter | None = None) -> JSON:
+    def related(self, chunk_id: int, top_n: int, same_document: bool, where: DocumentFilter) -> JSON:
         """Chunks most similar to a stored chunk, by vector, among those `where` allows (3.16: the tags of
         `…/related?tag=`); other documents only unless same_document."""
         chunk = self._store.get_chunks([chunk_id]).get(chunk_id)
@@ -157,7 +152,12 @@ class Searcher:
         exclude_document = None if same_document else int(str(chunk["document_id"]))
         hits = self._store.search_vectors(vector, top_n, where=where, exclude_chunk=chunk_id,
                                           exclude_document=exclude_document)
-        found = self._store.get_chunks([hit_id for hit_id, _ in hits])
-        # As for a search: a document moved out of the filter since the index ranked it is left out.
-        return {"results": [{**found[hit_id], "score": score} for hit_id, score in hits
-                            if hit_id in found and (where is None or where.allows(found[hit_id]))]}
+        return {"results": self._read(hits, where)}
+
+    def _read(self, ranked: Ranking, where: DocumentFilter) -> list[JSON]:
+        """The ranked chunks as read from the store, with their scores. Read after ranking: a document deleted,
+        re-tagged (moved to another collection) or re-dated since the indexes ranked it is left out rather than
+        answered, as it now is, under a filter it no longer meets."""
+        chunks = self._store.get_chunks([chunk_id for chunk_id, _ in ranked])
+        return [{**chunks[chunk_id], "score": score} for chunk_id, score in ranked
+                if chunk_id in chunks and where.allows(chunks[chunk_id])]

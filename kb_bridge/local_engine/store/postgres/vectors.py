@@ -18,10 +18,10 @@ def nearest(conn: Any, vector: np.ndarray, k: int, where: DocumentFilter | None,
     `ef_search` is HNSW's search breadth for this transaction."""
     clauses: list[str] = []
     params: list[object] = []
-    filtered = where is not None and not where.is_empty()
-    if where is not None and filtered:
+    if where is not None and not where.is_empty():
         clause, params = where_sql(where)
         clauses.append(clause)
+    filtered = bool(clauses)  # taken before the exclusions below: only a filter can leave the walk short of k
     if exclude_chunk is not None:
         clauses.append("e.chunk_id <> %s")
         params.append(exclude_chunk)
