@@ -17,7 +17,8 @@ from mcp import Client
 from kb_bridge.auth.principal import Principal
 from kb_bridge.protocol.server import build_server
 from kb_bridge.runtime import Bridge
-from kb_bridge.tools import browse, cursors, related, search
+from kb_bridge.errors import NotFound
+from kb_bridge.tools import browse, cursors, reach, related, search
 from kb_bridge.tools.spec import ToolContext
 from kb_bridge.testing.fake_engine import API, make_settings
 from kb_bridge.testing.fake_engine import body, calls_to, chunk, document, job
@@ -361,6 +362,43 @@ def test_merged_paging_over_two_collections_never_skips_or_repeats_while_notes_c
     assert changed == [13, 12, 11, 10, 9, 8]
     tags = [query_of(call.request.url)["tag"] for call in engine.calls]
     assert ["collection:secret"] not in tags and all(len(t) == 1 for t in tags)
+
+
+@pytest.mark.parametrize("keyset", [True, False])
+def test_a_document_in_both_of_a_tokens_collections_is_listed_once(
+        bridge: Bridge, engine: responses.RequestsMock, keyset: bool) -> None:
+    """Each collection's listing holds a document tagged into both: the merged walk showed it twice."""
+    listing = Listing(engine, keyset=keyset)
+    for ident in range(8, 14):
+        listing.add(ident, "mem" if ident % 2 else "notes")
+    listing.docs[12]["tags"] = ["collection:mem", "collection:notes"]
+    listing.docs[9]["tags"] = ["collection:mem", "collection:notes"]  # the last of a page of two: 13, 12 | 11, 10 | 9
+    assert _merged_walk(bridge, {}) == [13, 12, 11, 10, 9, 8]
+
+
+@pytest.mark.parametrize("keyset", [True, False])
+def test_a_limited_tokens_listing_leaves_out_a_document_kb_get_refuses(
+        bridge: Bridge, engine: responses.RequestsMock, keyset: bool) -> None:
+    """A document tagged into the token's collection and into another that its first collection tag names is
+    one kb_get refuses (NOT_FOUND): kb_list listed it all the same. The walk goes on past it."""
+    mem = Principal("mem", collections=frozenset({"mem"}), kind="token")
+    ctx = ToolContext(engine=bridge.engine, uploads=bridge.uploads, settings=bridge.settings, principal=mem)
+    listing = Listing(engine, keyset=keyset)
+    for ident in range(8, 14):
+        listing.add(ident, "mem")
+    listing.docs[12]["tags"] = listing.docs[11]["tags"] = ["collection:alpha", "collection:mem"]
+    engine.get(f"{API}/documents/12", json=listing.docs[12])
+    with pytest.raises(NotFound):
+        reach.visible_document(bridge.engine, mem, 12)
+    seen: list[int] = []
+    cursor = None
+    while True:
+        result = browse.list_documents(ctx, browse.ListArguments(limit=2, cursor=cursor))
+        seen += [d["id"] for d in result["documents"]]
+        cursor = result["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [13, 10, 9, 8]
 
 
 def test_a_limited_tokens_search_leaves_out_a_hit_the_engine_answers_from_another_collection(
