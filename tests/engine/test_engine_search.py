@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -314,6 +315,28 @@ def test_a_word_searched_as_a_document_wrote_it_finds_that_document(client: Flas
     assert [hit["document_id"] for hit in hits] == [note["id"]]
     start, end = hits[0]["snippet"]["highlights"][0]
     assert hits[0]["snippet"]["text"][start:end] == word
+
+
+@pytest.mark.parametrize(("written", "searched"), [
+    ("ﬁle", "file"),  # the ligature ﬁ, as PDF text extraction gives it
+    ("file", "ﬁle"),
+    (unicodedata.normalize("NFD", "résumé"), "résumé"),  # e and a combining accent (macOS, some editors)
+    ("résumé", unicodedata.normalize("NFD", "résumé")),
+    ("Ｔｏｋｙｏ", "Tokyo"),  # full-width letters
+])
+def test_a_word_written_in_another_unicode_form_is_found_and_marked_as_stored(
+        client: FlaskClient, written: str, searched: str) -> None:
+    """Two spellings of one word in different characters did not find each other: NFD's accent cut the word
+    in two, and a ligature or a full-width letter was a letter of its own. The index holds their NFKC form;
+    the snippet marks the word as the document stored it."""
+    text = f"Before the {written} review, the team met twice and wrote notes."
+    note = add_note(client, text)
+    hits = search(client, query=searched, mode="fts")["results"]
+    assert [hit["document_id"] for hit in hits] == [note["id"]]
+    snippet = hits[0]["snippet"]
+    assert text[snippet["start"]:snippet["start"] + len(snippet["text"])] == snippet["text"]
+    start, end = snippet["highlights"][0]
+    assert snippet["text"][start:end] == written
 
 
 @pytest.mark.parametrize("mode", ["fts", "vector", "hybrid"])

@@ -12,7 +12,8 @@ terms for filters, and its created_at and updated_at as milliseconds in fast fie
 range over a column (0.7 ms per count at 100k chunks) rather than a set of document ids the database
 resolved first (28-34 ms per count, and a filtered BM25 search counts once per word; docs/benchmarks.md,
 "Search with a time bound"). Words are split on non-alphanumerics, lowercased and Porter-stemmed
-(English), like FTS5's `porter unicode61` tokenizer before.
+(English), like FTS5's `porter unicode61` tokenizer before, in text brought to Unicode's NFKC form first
+(store/normal_form.py: "ﬁle" and "file", an accent composed or combining, are one word).
 
 The index is a copy derived from the store's tables, kept in step by the store (store/derived.py):
 `commit(position)` records how far into the store's change log it reaches, in a manifest beside the index,
@@ -35,14 +36,16 @@ import tantivy
 from ..clock import epoch_millis
 from ..errors import IndexWriteFailed
 from .base import DocumentFilter, Passage, Ranking
+from .normal_form import Folded, normal
 from .query_terms import query_words
 
 logger = logging.getLogger(__name__)
 
 ANALYZER = "kb_english"
 MANIFEST = "kb-manifest.json"
-# How the chunks are indexed: an index of another layout is rebuilt from the store. 2: the documents' times.
-LAYOUT = 2
+# How the chunks are indexed: an index of another layout is rebuilt from the store. 2: the documents' times;
+# 3: words in NFKC form.
+LAYOUT = 3
 # BM25 as tantivy computes it (k1 = 1.2, b = 0.75): a term's score tends to idf * (k1 + 1) as it repeats.
 BM25_K1 = 1.2
 _WRITER_HEAP = 64 * 1024 * 1024
@@ -109,7 +112,7 @@ class TextIndex:
         with self._writing() as writer:
             for chunk_id, document_id, title, text, doc_type, tags, created_at, updated_at in rows:
                 writer.delete_documents_by_term("chunk", chunk_id)
-                body = " ".join([title] * self.title_repeats + [text])
+                body = normal(" ".join([title] * self.title_repeats + [text]))
                 try:
                     times = {"created": epoch_millis(created_at), "updated": epoch_millis(updated_at)}
                 except ValueError:
@@ -195,7 +198,7 @@ class TextIndex:
     def tokens(self, query: str) -> list[str]:
         """The query's words as the index holds them (stemmed), each once."""
         found: list[str] = []
-        for word in query_words(query):
+        for word in query_words(normal(query)):
             for token in self._analyzer.analyze(word):
                 if token not in found:
                     found.append(token)
@@ -248,21 +251,24 @@ class TextIndex:
         generator.set_max_num_chars(max_chars)
         found: list[Passage | None] = []
         for text in texts:
-            snippet = generator.snippet_from_doc(tantivy.Document(body=text))
+            folded = Folded.of(text)
+            snippet = generator.snippet_from_doc(tantivy.Document(body=folded.folded))
             ranges = snippet.highlighted()
             if not ranges:
                 found.append(None)
                 continue
-            # tantivy counts in UTF-8 bytes, on token (so character) boundaries; clients count characters.
-            encoded = text.encode()
+            # tantivy counts in UTF-8 bytes of the normal form, on token (so character) boundaries; clients
+            # count characters of the stored text.
+            encoded = folded.folded.encode()
             where = snippet.fragment_range()
-            fragment = encoded[where.start:where.end]
 
-            def chars(offset: int, fragment: bytes = fragment) -> int:
-                return len(fragment[:offset].decode())
+            def chars(offset: int, encoded: bytes = encoded) -> int:
+                return len(encoded[:offset].decode())
 
-            found.append(Passage(text=fragment.decode(), start=len(encoded[:where.start].decode()),
-                                 highlights=tuple((chars(r.start), chars(r.end)) for r in ranges)))
+            start, end = folded.start_in_text(chars(where.start)), folded.end_in_text(chars(where.end))
+            found.append(Passage(text=text[start:end], start=start, highlights=tuple(
+                (folded.start_in_text(chars(where.start + r.start)) - start,
+                 folded.end_in_text(chars(where.start + r.end)) - start) for r in ranges)))
         return found
 
     def score_ceiling(self, query: str, where: DocumentFilter | None = None, documents: Sequence[int] | None = None,
@@ -287,7 +293,7 @@ class TextIndex:
 
     def analyze(self, text: str) -> list[str]:
         """The words of `text` as the index holds them, in order (positions for search/term_evidence.py)."""
-        return list(self._analyzer.analyze(text))
+        return list(self._analyzer.analyze(normal(text)))
 
     def idf_weights(self, searcher: tantivy.Searcher, tokens: Sequence[str],
                     filters: Sequence[tantivy.Query] = ()) -> dict[str, float]:
