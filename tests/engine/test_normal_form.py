@@ -46,3 +46,13 @@ def test_a_ligature_maps_back_whole() -> None:
     assert (folded.start_in_text(2), folded.end_in_text(6)) == (2, 5)
     # Half of the ligature maps to all of it.
     assert (folded.start_in_text(3), folded.end_in_text(3)) == (2, 3)
+
+
+def test_ascii_around_a_folded_stretch_maps_character_by_character() -> None:
+    text = "the ﬁle " + unicodedata.normalize(NFD, "café") + " ok"
+    folded = Folded.of(text)
+    assert folded.folded == "the file café ok"
+    assert [folded.start_in_text(i) for i in (0, 1, 4, 5, 8)] == [0, 1, 4, 4, 7]
+    cafe = folded.folded.index("café")
+    assert text[folded.start_in_text(cafe):folded.end_in_text(cafe + 4)] == unicodedata.normalize(NFD, "café")
+    assert text[folded.start_in_text(len(folded.folded) - 2):] == "ok"

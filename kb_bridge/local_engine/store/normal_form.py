@@ -18,11 +18,16 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import re
 import sys
 import unicodedata
 from typing import Final
 
+from .base import Passage
+
 FORM: Final = "NFKC"
+# Runs of ASCII and runs of anything else.
+_RUNS = re.compile(r"[\x00-\x7f]+|[^\x00-\x7f]+")
 
 
 def normal(text: str) -> str:
@@ -30,33 +35,70 @@ def normal(text: str) -> str:
     return unicodedata.normalize(FORM, text)
 
 
+def is_normal(text: str) -> bool:
+    """Whether the index holds the text as it is (nearly every text: a quick check, about 0.4 µs for 750
+    characters)."""
+    return unicodedata.is_normalized(FORM, text)
+
+
 @dataclasses.dataclass(frozen=True)
 class Folded:
     """A stored text's normal form, with the offsets that map its characters back to the stored text.
 
     The text is normalised in stretches that each begin at a character normalisation never joins to the one
-    before it (a starter, combining class 0, that is not the second of any composition), so normalising the
-    stretches one by one gives the text's normal form, and every character of it comes from exactly one
-    stretch."""
+    before it (ASCII, or a starter, combining class 0, that is not the second of any composition), so
+    normalising the stretches one by one gives the text's normal form, and every character of it comes from
+    exactly one stretch. A run of ASCII is one stretch, its own normal form, mapped character by character;
+    every other stretch maps as a whole (a ligature's two letters to the ligature)."""
 
     text: str
     folded: str
-    # Per stretch: where it starts in `text` and where its normal form starts in `folded` (both ascending).
-    starts: tuple[int, ...]
-    folded_starts: tuple[int, ...]
+    # Per stretch: where it starts in `text`, where its normal form starts in `folded` (both ascending), and
+    # whether it is its own normal form (mapped character by character).
+    starts: tuple[int, ...] = ()
+    folded_starts: tuple[int, ...] = ()
+    same: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, text: str) -> Folded:
-        if unicodedata.is_normalized(FORM, text):
-            return cls(text, text, (), ())
+        if is_normal(text):
+            return cls(text, text)
         joined = _second_of_a_composition()
-        starts = [i for i, char in enumerate(text) if i == 0 or (unicodedata.combining(char) == 0 and char not in joined)]
-        pieces = [normal(text[start:end]) for start, end in zip(starts, [*starts[1:], len(text)], strict=True)]
+        starts: list[int] = []
+        same: list[bool] = []
+        for run in _RUNS.finditer(text):
+            begin, end = run.span()
+            if text[begin] < "\x80":
+                # ASCII: one stretch, but its last letter may take the accents that follow (e + U+0301).
+                follows = text[end] if end < len(text) else ""
+                joins = bool(follows) and (unicodedata.combining(follows) != 0 or follows in joined)
+                if end - joins > begin:
+                    starts.append(begin)
+                    same.append(True)
+                if joins:
+                    starts.append(end - 1)
+                    same.append(False)
+                continue
+            for i in range(begin, end):
+                char = text[i]
+                if not starts or (unicodedata.combining(char) == 0 and char not in joined):
+                    starts.append(i)
+                    same.append(False)
+        pieces = [normal(text[a:b]) for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
         folded_starts, at = [], 0
         for piece in pieces:
             folded_starts.append(at)
             at += len(piece)
-        return cls(text, "".join(pieces), tuple(starts), tuple(folded_starts))
+        return cls(text, "".join(pieces), tuple(starts), tuple(folded_starts), tuple(same))
+
+    def passage_in_text(self, passage: Passage) -> Passage:
+        """A passage of the normal form as the same stretch of the stored text, its highlights on the stored
+        characters of each word."""
+        start = self.start_in_text(passage.start)
+        end = self.end_in_text(passage.start + len(passage.text))
+        return Passage(text=self.text[start:end], start=start, highlights=tuple(
+            (self.start_in_text(passage.start + a) - start, self.end_in_text(passage.start + b) - start)
+            for a, b in passage.highlights))
 
     def start_in_text(self, offset: int) -> int:
         """Where, in the stored text, the character at `offset` of the normal form comes from."""
@@ -64,7 +106,8 @@ class Folded:
             return offset
         if offset >= len(self.folded):
             return len(self.text)
-        return self.starts[bisect.bisect_right(self.folded_starts, offset) - 1]
+        k = bisect.bisect_right(self.folded_starts, offset) - 1
+        return self.starts[k] + (offset - self.folded_starts[k] if self.same[k] else 0)
 
     def end_in_text(self, offset: int) -> int:
         """Where, in the stored text, a stretch of the normal form ending (exclusive) at `offset` ends."""
@@ -72,8 +115,10 @@ class Folded:
             return offset
         if offset <= 0:
             return 0
-        run = bisect.bisect_right(self.folded_starts, offset - 1) - 1
-        return self.starts[run + 1] if run + 1 < len(self.starts) else len(self.text)
+        k = bisect.bisect_right(self.folded_starts, offset - 1) - 1
+        if self.same[k]:
+            return self.starts[k] + offset - self.folded_starts[k]
+        return self.starts[k + 1] if k + 1 < len(self.starts) else len(self.text)
 
 
 @functools.cache

@@ -36,7 +36,7 @@ import tantivy
 from ..clock import epoch_millis
 from ..errors import IndexWriteFailed
 from .base import DocumentFilter, Passage, Ranking
-from .normal_form import Folded, normal
+from .normal_form import Folded, is_normal, normal
 from .query_terms import query_words
 
 logger = logging.getLogger(__name__)
@@ -251,24 +251,23 @@ class TextIndex:
         generator.set_max_num_chars(max_chars)
         found: list[Passage | None] = []
         for text in texts:
-            folded = Folded.of(text)
-            snippet = generator.snippet_from_doc(tantivy.Document(body=folded.folded))
+            folded = None if is_normal(text) else Folded.of(text)
+            snippet = generator.snippet_from_doc(tantivy.Document(body=folded.folded if folded else text))
             ranges = snippet.highlighted()
             if not ranges:
                 found.append(None)
                 continue
-            # tantivy counts in UTF-8 bytes of the normal form, on token (so character) boundaries; clients
-            # count characters of the stored text.
-            encoded = folded.folded.encode()
+            # tantivy counts in UTF-8 bytes, on token (so character) boundaries; clients count characters.
+            encoded = (folded.folded if folded else text).encode()
             where = snippet.fragment_range()
+            fragment = encoded[where.start:where.end]
 
-            def chars(offset: int, encoded: bytes = encoded) -> int:
-                return len(encoded[:offset].decode())
+            def chars(offset: int, fragment: bytes = fragment) -> int:
+                return len(fragment[:offset].decode())
 
-            start, end = folded.start_in_text(chars(where.start)), folded.end_in_text(chars(where.end))
-            found.append(Passage(text=text[start:end], start=start, highlights=tuple(
-                (folded.start_in_text(chars(where.start + r.start)) - start,
-                 folded.end_in_text(chars(where.start + r.end)) - start) for r in ranges)))
+            passage = Passage(text=fragment.decode(), start=len(encoded[:where.start].decode()),
+                              highlights=tuple((chars(r.start), chars(r.end)) for r in ranges))
+            found.append(folded.passage_in_text(passage) if folded else passage)
         return found
 
     def score_ceiling(self, query: str, where: DocumentFilter | None = None, documents: Sequence[int] | None = None,
