@@ -5,7 +5,7 @@ Two texts that read the same can be written with different characters: "ﬁle" w
 text extraction often gives it) and "file"; "résumé" with é as one character (NFC, as most keyboards write
 it) or as e and a combining accent (NFD, as macOS file names and some editors write it). The analyzer splits
 words at anything not a letter or digit, so NFD's accents cut "résumé" in two, and the ligature is a letter
-of its own: neither form found the other (docs/engine.md, "Full text"). The index holds, and a query
+of its own: neither form found the other (docs/engine.md, "Search modes"). The index holds, and a query
 searches, the NFKC form of each, in which they meet; the stored text is never changed (it is what the user
 wrote, and what the contract returns).
 
