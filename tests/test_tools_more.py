@@ -371,8 +371,10 @@ def test_a_document_in_both_of_a_tokens_collections_is_listed_once(
     listing = Listing(engine, keyset=keyset)
     for ident in range(8, 14):
         listing.add(ident, "mem" if ident % 2 else "notes")
+    # Pages of two: 13, 12 | 11, 10 | 9, 8. 12 ends a page, so its second copy comes once the page is full; 9
+    # opens one.
     listing.docs[12]["tags"] = ["collection:mem", "collection:notes"]
-    listing.docs[9]["tags"] = ["collection:mem", "collection:notes"]  # the last of a page of two: 13, 12 | 11, 10 | 9
+    listing.docs[9]["tags"] = ["collection:mem", "collection:notes"]
     assert _merged_walk(bridge, {}) == [13, 12, 11, 10, 9, 8]
 
 
