@@ -252,13 +252,14 @@ class TextIndex:
         found: list[Passage | None] = []
         for text in texts:
             folded = None if is_normal(text) else Folded.of(text)
-            snippet = generator.snippet_from_doc(tantivy.Document(body=folded.folded if folded else text))
+            body = folded.folded if folded else text
+            snippet = generator.snippet_from_doc(tantivy.Document(body=body))
             ranges = snippet.highlighted()
             if not ranges:
                 found.append(None)
                 continue
             # tantivy counts in UTF-8 bytes, on token (so character) boundaries; clients count characters.
-            encoded = (folded.folded if folded else text).encode()
+            encoded = body.encode()
             where = snippet.fragment_range()
             fragment = encoded[where.start:where.end]
 
